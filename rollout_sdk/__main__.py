@@ -1,0 +1,9 @@
+"""``python -m rollout_sdk`` is ``rollout-sdk``."""
+
+from __future__ import annotations
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,208 @@
+"""The FastAPI app: init, health, platform health. Errors become HTTP status codes here, only here.
+
+``create_app(agent_loop)`` keeps the v1 SDK's signature: with no other argument it runs rollouts in
+its own process on an in-memory store, so ``uvicorn server:app`` keeps working for ported agents.
+The local server and the Lambda handler pass their own store, dispatcher and client.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import warnings
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from .agent import RolloutAgentLoop
+from .auth import ServerKeyMiddleware
+from .client import TrainGateClient
+from .dispatch.base import Dispatcher
+from .dispatch.inprocess import InProcessDispatcher
+from .errors import (
+    AgentToolsError,
+    ConfigurationError,
+    DispatchError,
+    IdempotencyConflict,
+    PayloadTooLarge,
+    StoreError,
+)
+from .protocol import InitResponse, RolloutRequest
+from .service import RolloutService
+from .settings import RolloutSettings, get_settings
+from .store.base import Store
+from .store.memory import MemoryStore
+from .validation import validate_agent_loop
+from .worker import RolloutWorker
+
+logger = logging.getLogger("rollout_sdk.app")
+
+Hook = Callable[[], Awaitable[None] | None]
+
+
+@dataclass
+class Runtime:
+    """What the app runs on; ``app.state.runtime`` holds it for the wiring and tests."""
+
+    service: RolloutService
+    worker: RolloutWorker
+    dispatcher: Dispatcher
+    store: Store
+    client: TrainGateClient
+    settings: RolloutSettings
+
+
+async def _call(hook: Hook | None) -> None:
+    if hook is None:
+        return
+    result = hook()
+    if inspect.isawaitable(result):
+        await result
+
+
+def _error(status: int, detail: str, **extra: Any) -> JSONResponse:
+    headers = {"Retry-After": "1"} if status in (429, 503) else None
+    return JSONResponse({"detail": detail, **extra}, status_code=status, headers=headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """The one place where the kit's errors become HTTP answers."""
+
+    @app.exception_handler(IdempotencyConflict)
+    async def _conflict(_: Request, exc: IdempotencyConflict) -> JSONResponse:
+        return _error(409, str(exc), fields=exc.fields)
+
+    @app.exception_handler(PayloadTooLarge)
+    async def _too_large(_: Request, exc: PayloadTooLarge) -> JSONResponse:
+        return _error(413, str(exc))
+
+    @app.exception_handler(AgentToolsError)
+    async def _tools(_: Request, exc: AgentToolsError) -> JSONResponse:
+        return _error(500, f"the agent loop could not provide its tools: {exc}")
+
+    @app.exception_handler(DispatchError)
+    async def _dispatch(_: Request, exc: DispatchError) -> JSONResponse:
+        return _error(503, f"could not start the rollout: {exc}; retry the same init")
+
+    @app.exception_handler(StoreError)
+    async def _store(_: Request, exc: StoreError) -> JSONResponse:
+        return _error(503, f"the record store failed: {exc}; retry the same init")
+
+
+def create_app(  # noqa: PLR0913 - the v1 SDK's positional signature, kept for ported users
+    agent_loop: RolloutAgentLoop,
+    max_concurrent: int | None = None,
+    record_ttl_seconds: float | None = None,
+    settings: RolloutSettings | None = None,
+    credentials: Any = None,
+    server_host: str | None = None,
+    server_port: int | None = None,
+    api_key: str | None = None,
+    debug_dir: str | Path | None = None,
+    on_startup: Hook | None = None,
+    on_shutdown: Hook | None = None,
+    *,
+    api_keys: Iterable[str] = (),
+    store: Store | None = None,
+    dispatcher: Dispatcher | None = None,
+    client: TrainGateClient | None = None,
+    docs: bool = True,
+    **more: Any,
+) -> FastAPI:
+    """Build the rollout server's app.
+
+    ``api_key`` (and any ``api_keys``, for rotation) are server keys. ``store`` defaults to an
+    in-memory store and ``dispatcher`` to an in-process one bounded by ``max_concurrent``.
+    Raises AgentLoopValidationError for an invalid agent loop, ConfigurationError for bad settings.
+    """
+    if credentials is not None or server_host is not None or server_port is not None:
+        warnings.warn(
+            "create_app: credentials, server_host and server_port (self-registration) are "
+            "ignored by rollout_sdk; register with `rollout-sdk register --url ...` instead",
+            UserWarning,
+            stacklevel=2,
+        )
+    if more:
+        warnings.warn(
+            f"create_app: ignoring unknown arguments {sorted(more)}", UserWarning, stacklevel=2
+        )
+    validate_agent_loop(agent_loop).raise_if_invalid()
+    settings = settings or get_settings()
+    server_changes: dict[str, Any] = {}
+    if max_concurrent:
+        server_changes["max_concurrent_rollouts"] = max_concurrent
+    if record_ttl_seconds:
+        server_changes["record_ttl_seconds"] = int(record_ttl_seconds)
+    if server_changes:
+        try:
+            server = type(settings.server).model_validate(
+                {**settings.server.model_dump(), **server_changes}
+            )
+        except ValueError as exc:
+            raise ConfigurationError(f"create_app: {exc}") from exc
+        settings = settings.model_copy(update={"server": server})
+
+    store = store or MemoryStore()
+    client = client or TrainGateClient(settings.client)
+    worker = RolloutWorker(agent_loop, store, client, settings, debug_dir=debug_dir)
+    dispatcher = dispatcher or InProcessDispatcher(
+        worker.run, max_concurrent=settings.server.max_concurrent_rollouts
+    )
+    runtime = Runtime(
+        service=RolloutService(agent_loop, store, dispatcher, settings),
+        worker=worker,
+        dispatcher=dispatcher,
+        store=store,
+        client=client,
+        settings=settings,
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await _call(on_startup)
+        try:
+            yield
+        finally:
+            await dispatcher.aclose()
+            await client.aclose()
+            await store.close()
+            await _call(on_shutdown)
+
+    app = FastAPI(
+        title=f"Rollout server ({agent_loop.name})",
+        lifespan=lifespan,
+        docs_url="/docs" if docs else None,
+        redoc_url=None,
+        openapi_url="/openapi.json" if docs else None,
+    )
+    app.state.runtime = runtime
+    install_error_handlers(app)
+    keys = [k for k in (api_key, *api_keys) if k]
+
+    @app.post("/v1/rollout/init", status_code=202, response_model=InitResponse)
+    async def init_rollout(request: RolloutRequest) -> InitResponse:
+        return await runtime.service.init(request)
+
+    def health_body() -> dict[str, Any]:
+        return {
+            "status": "healthy",
+            "agent_loop": agent_loop.name,
+            "active_rollouts": runtime.dispatcher.active,
+            "completed_rollouts": runtime.dispatcher.completed,
+        }
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return health_body()
+
+    @app.get("/platform/health")
+    async def platform_health() -> dict[str, Any]:
+        return health_body()
+
+    app.add_middleware(ServerKeyMiddleware, keys=keys)
+    return app

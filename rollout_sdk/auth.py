@@ -1,0 +1,95 @@
+"""Server-key check as a small ASGI middleware, run before the body is read.
+
+FastAPI reads and validates a declared body before it solves dependencies, so a dependency would
+let an unauthenticated caller learn the schema and cost validation work; a middleware does not,
+and leaves the OpenAPI schema intact.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Iterable
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+#: Paths that need the server key when one is configured.
+PROTECTED_PREFIXES = ("/v1/rollout", "/platform/")
+
+
+def parse_authorization(raw: bytes | None) -> bytes | None:
+    """The presented key: ``Bearer <key>`` or, for compatibility with the reference, the raw key.
+
+    Returns None for an absent, empty or malformed header (non-printable or non-ASCII bytes).
+    """
+    if not raw:
+        return None
+    if any(b < 0x20 or b > 0x7E for b in raw):
+        return None
+    value = raw.strip()
+    scheme, _, rest = value.partition(b" ")
+    if rest and scheme.lower() == b"bearer":
+        value = rest.strip()
+    elif rest:
+        return None  # another scheme ("Basic ...") or a key with spaces
+    return value or None
+
+
+class ServerKeyMiddleware:
+    """Answers 401 (or 404 for /platform/health with no key configured) before the app runs."""
+
+    def __init__(self, app: ASGIApp, *, keys: Iterable[str] = ()) -> None:
+        self.app = app
+        self._keys = [k.encode() for k in keys if k]
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._keys)
+
+    def accepts(self, presented: bytes | None) -> bool:
+        if presented is None:
+            return False
+        # Compare against every key (rotation), constant-time, without stopping early.
+        matched = False
+        for key in self._keys:
+            matched |= hmac.compare_digest(presented, key)
+        return matched
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(PROTECTED_PREFIXES):
+            await self.app(scope, receive, send)
+            return
+        if not self._keys:
+            if scope["path"].startswith("/platform/"):
+                await _answer(send, 404, "no server key is configured, so /platform/health is off")
+                return
+            await self.app(scope, receive, send)
+            return
+        raw = next((v for k, v in scope["headers"] if k == b"authorization"), None)
+        if not self.accepts(parse_authorization(raw)):
+            await _answer(
+                send,
+                401,
+                "Invalid or missing API key: send 'Authorization: Bearer <server key>'",
+                [(b"www-authenticate", b"Bearer")],
+            )
+            return
+        await self.app(scope, receive, send)
+
+
+async def _answer(
+    send: Send, status: int, detail: str, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *(headers or []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

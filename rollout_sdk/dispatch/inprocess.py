@@ -1,0 +1,80 @@
+"""In-process dispatcher: runs the worker on this event loop, at most N rollouts at once."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from ..errors import DispatchError
+from .base import Job
+
+logger = logging.getLogger("rollout_sdk.dispatch")
+
+RunJob = Callable[[Job], Awaitable[object]]
+
+
+class InProcessDispatcher:
+    """Each job becomes a task that waits for one of ``max_concurrent`` slots, then runs.
+
+    Every task is tracked, so shutdown can stop them; every job's record was written before the
+    job arrived here, so nothing runs that the store does not know about.
+    """
+
+    def __init__(self, run_job: RunJob, *, max_concurrent: int) -> None:
+        if max_concurrent < 1:
+            raise ValueError("max_concurrent must be at least 1")
+        self._run_job = run_job
+        self._slots = asyncio.Semaphore(max_concurrent)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._completed = 0
+        self._closed = False
+        self.max_concurrent = max_concurrent
+
+    @property
+    def active(self) -> int:
+        return len(self._tasks)
+
+    @property
+    def completed(self) -> int:
+        return self._completed
+
+    @property
+    def running(self) -> int:
+        """Jobs holding a slot right now."""
+        return self.max_concurrent - self._slots._value  # noqa: SLF001 - no public accessor
+
+    async def dispatch(self, job: Job) -> None:
+        if self._closed:
+            raise DispatchError("the server is shutting down; retry against another instance")
+        task = asyncio.create_task(self._guarded(job), name=f"rollout:{job.rollout_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _guarded(self, job: Job) -> None:
+        async with self._slots:
+            try:
+                await self._run_job(job)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # The worker records every failure it can; reaching here means the kit itself
+                # failed, and the record's recovery rules take over.
+                logger.exception("worker failed", extra={"rollout_id": job.rollout_id})
+            finally:
+                self._completed += 1
+
+    async def drain(self, timeout: float | None = None) -> bool:
+        """Wait until no job is left (True) or ``timeout`` passes (False)."""
+        if not self._tasks:
+            return True
+        _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
+        return not pending
+
+    async def aclose(self) -> None:
+        self._closed = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)

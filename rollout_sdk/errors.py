@@ -1,0 +1,127 @@
+"""The kit's exception tree.
+
+Every exception the kit raises on purpose derives from :class:`RolloutError`. The names of
+the v1 Osmosis SDK are kept, with their meaning, so ported agents can keep catching them::
+
+    RolloutError
+    ├── OsmosisRolloutError                 (v1 root; everything the agent API raises)
+    │   ├── OsmosisTransportError           TrainGate unreachable (connect, read, dropped)
+    │   ├── OsmosisServerError              TrainGate answered 5xx after every retry
+    │   ├── OsmosisValidationError          TrainGate answered a final 4xx
+    │   ├── OsmosisTimeoutError             a TrainGate call or the rollout deadline ran out
+    │   ├── AgentLoopNotFoundError          registry look-up of an unknown name
+    │   ├── AgentLoopValidationError        validate_agent_loop(...).raise_if_invalid()
+    │   └── ToolExecutionError              a tool failed (tool_call_id, tool_name)
+    │       └── ToolArgumentError           a tool call's arguments are not a JSON object
+    ├── ConfigurationError                  a setting is out of range or inconsistent
+    ├── RequestRejected                     init refused; the app maps each subclass to HTTP
+    │   ├── IdempotencyConflict             409: same key, different request / id in use
+    │   ├── PayloadTooLarge                 413: metadata over the configured limit
+    │   └── AgentToolsError                 500: the agent's get_tools failed or is invalid
+    ├── StoreError                          the record store failed (I/O, corruption)
+    │   └── RecordConflict                  a conditional state change lost its race
+    └── DispatchError                       the hand-off to a worker failed
+
+Errors are mapped to HTTP status codes in one place, :mod:`rollout_sdk.app`.
+"""
+
+from __future__ import annotations
+
+
+class RolloutError(Exception):
+    """Root of every exception raised by the kit."""
+
+
+class OsmosisRolloutError(RolloutError):
+    """Root of the v1 agent-API exceptions."""
+
+
+class OsmosisTransportError(OsmosisRolloutError):
+    """TrainGate could not be reached, or the connection dropped."""
+
+
+class OsmosisServerError(OsmosisRolloutError):
+    """TrainGate answered with a server error (5xx) after every retry."""
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class OsmosisValidationError(OsmosisRolloutError):
+    """TrainGate rejected the request (a 4xx that retrying cannot fix)."""
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class OsmosisTimeoutError(OsmosisRolloutError):
+    """A TrainGate call, or the rollout's deadline, ran out of time."""
+
+
+class AgentLoopNotFoundError(OsmosisRolloutError):
+    """No agent loop is registered under the requested name."""
+
+    def __init__(self, name: str, available: list[str] | None = None) -> None:
+        listing = ", ".join(available or []) or "none registered"
+        super().__init__(f"agent loop {name!r} is not registered (available: {listing})")
+        self.name = name
+        self.available = list(available or [])
+
+
+class AgentLoopValidationError(OsmosisRolloutError):
+    """An agent loop failed validation; ``errors`` holds each problem."""
+
+    def __init__(self, message: str, errors: list[object] | None = None) -> None:
+        super().__init__(message)
+        self.errors = list(errors or [])
+
+
+class ToolExecutionError(OsmosisRolloutError):
+    """A tool call failed."""
+
+    def __init__(self, message: str, tool_call_id: str = "", tool_name: str = "") -> None:
+        super().__init__(message)
+        self.tool_call_id = tool_call_id
+        self.tool_name = tool_name
+
+
+class ToolArgumentError(ToolExecutionError):
+    """A tool call's arguments are not a JSON object."""
+
+
+class ConfigurationError(RolloutError):
+    """A setting is out of range or settings contradict each other."""
+
+
+class RequestRejected(RolloutError):
+    """An init request the server refuses; subclasses say why (and which HTTP status)."""
+
+
+class IdempotencyConflict(RequestRejected):
+    """The idempotency key or rollout id is already used by a different request."""
+
+    def __init__(self, message: str, fields: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.fields = list(fields or [])
+
+
+class PayloadTooLarge(RequestRejected):
+    """A request part is larger than the configured limit."""
+
+
+class AgentToolsError(RequestRejected):
+    """The agent loop's ``get_tools`` raised or returned something invalid."""
+
+
+class StoreError(RolloutError):
+    """The record store failed."""
+
+
+class RecordConflict(StoreError):
+    """A conditional state change found the record in another state."""
+
+
+class DispatchError(RolloutError):
+    """Handing a rollout to a worker failed."""

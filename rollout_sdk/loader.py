@@ -1,0 +1,59 @@
+"""Load an agent loop named as ``module:attribute`` (the form ``template.yaml`` and the CLI use)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+from typing import Any
+
+from .errors import ConfigurationError
+
+
+def load_object(spec: str) -> Any:
+    """Import ``module:attribute`` (dots allowed in both parts). The current directory is put on
+    ``sys.path`` first, as uvicorn does, so an agent beside the project imports as it is.
+
+    Raises ConfigurationError naming what is wrong and how to write it.
+    """
+    module_name, sep, attr_path = spec.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise ConfigurationError(
+            f"agent {spec!r} must be written MODULE:ATTRIBUTE, e.g. examples.calculator.agent:agent_loop"
+        )
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise ConfigurationError(
+                f"cannot import module {module_name!r} for agent {spec!r}: {exc} "
+                f"(run from the folder that contains it; current folder: {cwd})"
+            ) from exc
+        raise
+    target: Any = module
+    for part in attr_path.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError as exc:
+            raise ConfigurationError(
+                f"module {module_name!r} has no attribute {attr_path!r} (agent {spec!r})"
+            ) from exc
+    return target
+
+
+def load_agent_loop(spec: str) -> Any:
+    """Load an agent loop instance; a class with a no-argument constructor is instantiated."""
+    target = load_object(spec)
+    if inspect.isclass(target):
+        try:
+            target = target()
+        except TypeError as exc:
+            raise ConfigurationError(
+                f"{spec} is a class that cannot be built without arguments ({exc}); "
+                "point at an instance instead"
+            ) from exc
+    return target

@@ -1,0 +1,250 @@
+"""Wire schemas of the v1 remote-rollout protocol: pure pydantic, no I/O.
+
+Field names, types and defaults follow the protocol (docs: ``protocol.md`` sections 3 to 5), so the
+JSON on the wire is the same as the reference SDK's.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
+
+Message = dict[str, Any]
+
+#: Default limit on ``RolloutRequest.metadata`` (UTF-8 JSON bytes); see settings.
+DEFAULT_MAX_METADATA_SIZE_BYTES = 1024 * 1024
+
+
+class _Wire(BaseModel):
+    """Base of every schema: unknown fields ignored (forward compatibility)."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+# --------------------------------------------------------------------------- tools
+
+
+class OpenAIFunctionPropertySchema(_Wire):
+    """One parameter of a function tool."""
+
+    type: str
+    description: str | None = None
+    enum: list[str] | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_nulls(self, handler: Any) -> Any:
+        # LLM APIs reject ``"enum": null``; optional fields left unset are omitted.
+        data = handler(self)
+        return {k: v for k, v in data.items() if v is not None}
+
+
+class OpenAIFunctionParametersSchema(_Wire):
+    """The JSON-schema object describing a function's parameters."""
+
+    type: str = "object"
+    properties: dict[str, OpenAIFunctionPropertySchema] = Field(default_factory=dict)
+    required: list[str] = Field(default_factory=list)
+
+
+class OpenAIFunctionSchema(_Wire):
+    """A function's name, description and parameters.
+
+    ``description`` may be left out when constructing (as the v1 SDK allowed), but
+    ``validate_agent_loop`` reports it as an error and init refuses such a tool: LLM APIs need it.
+    """
+
+    name: str
+    description: str | None = None
+    parameters: OpenAIFunctionParametersSchema = Field(
+        default_factory=OpenAIFunctionParametersSchema
+    )
+    strict: bool = False
+
+
+class OpenAIFunctionToolSchema(_Wire):
+    """A tool in the OpenAI function-calling shape."""
+
+    type: Literal["function"] = "function"
+    function: OpenAIFunctionSchema
+
+
+class OpenAIFunctionCallSchema(_Wire):
+    """The function part of a tool call; ``arguments`` is a JSON string."""
+
+    name: str
+    arguments: str
+
+
+class OpenAIFunctionParsedSchema(_Wire):
+    """A function call whose arguments have been parsed into a dict."""
+
+    name: str
+    arguments: dict[str, Any]
+
+
+class OpenAIFunctionToolCall(_Wire):
+    """A tool call as the model emits it."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: OpenAIFunctionCallSchema
+
+
+class ToolResponse(_Wire):
+    """The outcome of running one tool."""
+
+    text: str | None = None
+    extra_fields: dict[str, Any] = Field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- rollout
+
+
+class RolloutStatus(str, Enum):
+    """Final status of a rollout."""
+
+    COMPLETED = "COMPLETED"
+    ERROR = "ERROR"
+
+
+class RolloutMetrics(_Wire):
+    """Per-rollout measurements sent with the result."""
+
+    total_latency_ms: float = 0.0
+    llm_latency_ms: float = 0.0
+    tool_latency_ms: float = 0.0
+    num_llm_calls: int = 0
+    num_tool_calls: int = 0
+    prompt_tokens: int = 0
+    response_tokens: int = 0
+    max_context_tokens: int = 0
+
+
+class RolloutRequest(_Wire):
+    """Body of ``POST /v1/rollout/init``."""
+
+    rollout_id: str = Field(min_length=1, max_length=256)
+    server_url: str
+    messages: list[Message]
+    completion_params: dict[str, Any]
+    tool_server_url: str | None = None
+    max_turns: int = 10
+    max_tokens_total: int = 8192
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    api_key: str | None = None
+    idempotency_key: str | None = None
+
+    @field_validator("rollout_id")
+    @classmethod
+    def _rollout_id_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("rollout_id must not be blank")
+        return value
+
+    @field_validator("server_url")
+    @classmethod
+    def _server_url_http(cls, value: str) -> str:
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https"):
+            raise ValueError("server_url must be an http:// or https:// URL")
+        if not parts.hostname:
+            raise ValueError("server_url must name a host")
+        return value.strip().rstrip("/")
+
+    def metadata_size(self) -> int:
+        """Size of ``metadata`` as compact UTF-8 JSON, the measure the limit applies to."""
+        return len(json.dumps(self.metadata, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+class InitResponse(_Wire):
+    """Body of the 202 answer to init."""
+
+    rollout_id: str
+    tools: list[OpenAIFunctionToolSchema] = Field(default_factory=list)
+
+
+class RolloutResponse(_Wire):
+    """Body of ``POST {server_url}/v1/rollout/completed``: the rollout's one final response."""
+
+    rollout_id: str
+    status: RolloutStatus
+    final_messages: list[Message] = Field(default_factory=list)
+    finish_reason: str | None = None
+    error_message: str | None = None
+    reward: float | None = None
+    metrics: RolloutMetrics = Field(default_factory=RolloutMetrics)
+    extra_fields: dict[str, Any] = Field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- completions
+
+
+class CompletionsRequest(_Wire):
+    """Body of ``POST {server_url}/v1/chat/completions``; extra sampling params pass through."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    model: str = "default"
+    messages: list[Message]
+    rollout_id: str
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 512
+    stop: list[str] | None = None
+    logprobs: bool = True
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _wrap_stop(cls, value: Any) -> Any:
+        return normalize_stop(value)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON body, null fields omitted."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class CompletionUsage(_Wire):
+    """Token usage of one completion."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class CompletionsChoice(_Wire):
+    """One choice of a completion."""
+
+    index: int = 0
+    message: Message = Field(default_factory=dict)
+    finish_reason: str | None = "stop"
+
+
+class CompletionsResponse(_Wire):
+    """TrainGate's answer to a chat call (OpenAI chat-completion shape)."""
+
+    id: str = ""
+    object: str = "chat.completion"
+    created: int = 0
+    model: str = "default"
+    choices: list[CompletionsChoice] = Field(default_factory=list)
+    usage: CompletionUsage | None = None
+    token_ids: list[Any] = Field(default_factory=list)
+    logprobs: list[Any] = Field(default_factory=list)
+
+    @field_validator("token_ids", "logprobs", mode="before")
+    @classmethod
+    def _null_as_empty(cls, value: Any) -> Any:
+        return [] if value is None else value
+
+
+def normalize_stop(stop: Any) -> list[str] | None:
+    """Return ``stop`` as a list of strings: a single string is wrapped, ``None`` stays ``None``."""
+    if stop is None:
+        return None
+    if isinstance(stop, str):
+        return [stop]
+    return [str(item) for item in stop]

@@ -1,0 +1,150 @@
+"""The rollout record: the source of truth of one rollout, and its state machine (design.md).
+
+::
+
+    ACCEPTED --claim(attempt)--> RUNNING --finish(attempt)--> FINISHED --2xx--> DELIVERED
+                                                                  |
+                                                                  +--final 4xx--> UNDELIVERABLE
+
+Every move is a conditional write on the state it expects; whoever wins does the work. The final
+response is written once (FINISHED) before any callback, so a re-send can never differ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any
+
+from .protocol import InitResponse, RolloutRequest, RolloutResponse
+
+
+class RecordState(str, Enum):
+    """Where a rollout is in its life."""
+
+    ACCEPTED = "ACCEPTED"
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    DELIVERED = "DELIVERED"
+    UNDELIVERABLE = "UNDELIVERABLE"
+
+    @property
+    def is_active(self) -> bool:
+        """Accepted or running: the rollout has no final response yet."""
+        return self in (RecordState.ACCEPTED, RecordState.RUNNING)
+
+    @property
+    def has_response(self) -> bool:
+        """The final response is fixed."""
+        return not self.is_active
+
+
+#: Fields that do not make two inits different requests (a retry may rotate the callback key).
+_NOT_COMPARED = frozenset({"api_key"})
+
+
+def idempotency_slot(request: RolloutRequest) -> str:
+    """The key the init is deduplicated under. Explicit keys and rollout ids live in separate
+    name spaces, so one rollout's id never collides with another rollout's explicit key."""
+    if request.idempotency_key is not None:
+        return "key:" + request.idempotency_key
+    return "rid:" + request.rollout_id
+
+
+def comparable_request(request: RolloutRequest) -> dict[str, Any]:
+    """The request as compared for "same request": every field but the callback key."""
+    return request.model_dump(mode="json", exclude=set(_NOT_COMPARED))
+
+
+def request_fingerprint(request: RolloutRequest) -> str:
+    """A stable hash of :func:`comparable_request`."""
+    canonical = json.dumps(
+        comparable_request(request), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def differing_fields(stored: dict[str, Any], incoming: dict[str, Any]) -> list[str]:
+    """Top-level fields whose values differ between two comparable requests."""
+    keys = sorted(set(stored) | set(incoming))
+    return [key for key in keys if stored.get(key) != incoming.get(key)]
+
+
+@dataclass(frozen=True)
+class RolloutRecord:
+    """One rollout's durable state. Immutable: stores write new versions."""
+
+    rollout_id: str
+    slot: str
+    fingerprint: str
+    request: dict[str, Any]
+    init_response: dict[str, Any]
+    state: RecordState = RecordState.ACCEPTED
+    attempt: int = 0
+    lease_until: float | None = None
+    response: dict[str, Any] | None = None
+    cancel_requested: bool = False
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    expires_at: float = 0.0
+    delivered_at: float | None = None
+    delivery_attempts: int = 0
+    next_attempt_at: float | None = None
+    last_error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def new(
+        cls,
+        request: RolloutRequest,
+        init_response: InitResponse,
+        *,
+        now: float,
+        ttl_seconds: float,
+    ) -> RolloutRecord:
+        """An ACCEPTED record for a fresh init (the callback key is never stored here)."""
+        return cls(
+            rollout_id=request.rollout_id,
+            slot=idempotency_slot(request),
+            fingerprint=request_fingerprint(request),
+            request=comparable_request(request),
+            init_response=init_response.model_dump(mode="json"),
+            created_at=now,
+            updated_at=now,
+            expires_at=now + ttl_seconds,
+        )
+
+    def evolve(self, **changes: Any) -> RolloutRecord:
+        """A copy with ``changes`` applied."""
+        return replace(self, **changes)
+
+    def is_expired(self, now: float) -> bool:
+        """TTL has passed; reads treat the record as absent."""
+        return self.expires_at <= now
+
+    def rollout_request(self, api_key: str | None = None) -> RolloutRequest:
+        """The stored request, with the callback key put back."""
+        return RolloutRequest.model_validate({**self.request, "api_key": api_key})
+
+    def init_response_model(self) -> InitResponse:
+        """The stored 202 body."""
+        return InitResponse.model_validate(self.init_response)
+
+    def response_model(self) -> RolloutResponse | None:
+        """The stored final response, once FINISHED."""
+        return None if self.response is None else RolloutResponse.model_validate(self.response)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the stores' serialised form)."""
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        data["state"] = self.state.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RolloutRecord:
+        """Inverse of :meth:`to_dict`."""
+        values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        values["state"] = RecordState(values["state"])
+        return cls(**values)

@@ -1,0 +1,98 @@
+"""The local rollout server: the same app and worker as on Lambda, one process, durable on disk."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from .errors import RolloutError
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from .agent import RolloutAgentLoop
+    from .settings import RolloutSettings
+    from .store.base import Store
+
+DEFAULT_HOST = "0.0.0.0"  # the v1 SDK's default for serve_agent_loop
+DEFAULT_PORT = 9000
+DEFAULT_STATE_DIR = Path(".rollout-state")
+SQLITE_FILE = "rollouts.sqlite3"
+
+StoreKind = Literal["sqlite", "memory"]
+
+
+class ServeError(RolloutError):
+    """The local server could not start."""
+
+
+def open_store(kind: StoreKind, state_dir: str | Path = DEFAULT_STATE_DIR) -> Store:
+    """The store the local server runs on: SQLite under ``state_dir`` (default) or memory."""
+    from .store.memory import MemoryStore
+    from .store.sqlite import SQLiteStore
+
+    if kind == "memory":
+        return MemoryStore()
+    if kind == "sqlite":
+        return SQLiteStore(Path(state_dir) / SQLITE_FILE)
+    raise ServeError(f"unknown store {kind!r}; choose sqlite or memory")
+
+
+def build_local_app(
+    agent_loop: RolloutAgentLoop,
+    *,
+    store: StoreKind = "sqlite",
+    state_dir: str | Path = DEFAULT_STATE_DIR,
+    api_keys: Iterable[str] = (),
+    settings: RolloutSettings | None = None,
+    debug_dir: str | Path | None = None,
+    docs: bool = True,
+) -> FastAPI:
+    """The local server's app: ``create_app`` on a durable store with the in-process worker."""
+    from .app import create_app
+
+    return create_app(
+        agent_loop,
+        settings=settings,
+        debug_dir=debug_dir,
+        api_keys=api_keys,
+        store=open_store(store, state_dir),
+        docs=docs,
+    )
+
+
+def serve_agent_loop(
+    agent_loop: RolloutAgentLoop,
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    api_key: str | None = None,
+    store: StoreKind = "sqlite",
+    state_dir: str | Path = DEFAULT_STATE_DIR,
+    settings: RolloutSettings | None = None,
+    debug_dir: str | Path | None = None,
+    log_level: str = "info",
+    **ignored: Any,
+) -> None:
+    """Validate ``agent_loop`` and serve it with uvicorn until interrupted (v1 API).
+
+    Raises AgentLoopValidationError for an invalid loop, ServeError when the server cannot start.
+    """
+    import uvicorn
+
+    from .validation import validate_agent_loop
+
+    validate_agent_loop(agent_loop).raise_if_invalid()
+    app = build_local_app(
+        agent_loop,
+        store=store,
+        state_dir=state_dir,
+        api_keys=[api_key] if api_key else [],
+        settings=settings,
+        debug_dir=debug_dir,
+    )
+    try:
+        uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+    except OSError as exc:
+        raise ServeError(f"cannot serve on {host}:{port}: {exc}") from exc

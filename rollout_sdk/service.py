@@ -1,0 +1,127 @@
+"""Init, as the app and the Lambda handler both run it: tools, claim, hand-off, 202 body."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .errors import AgentToolsError, DispatchError, IdempotencyConflict, PayloadTooLarge
+from .protocol import InitResponse, OpenAIFunctionToolSchema, RolloutRequest
+from .record import RolloutRecord, differing_fields
+from .validation import check_tool
+
+if TYPE_CHECKING:
+    from .agent import RolloutAgentLoop
+    from .dispatch.base import Dispatcher
+    from .settings import RolloutSettings
+    from .store.base import Store
+
+from .dispatch.base import Job
+
+logger = logging.getLogger("rollout_sdk.service")
+
+
+class RolloutService:
+    """Accepts rollouts: one record per rollout, one hand-off per record."""
+
+    def __init__(
+        self,
+        agent_loop: RolloutAgentLoop,
+        store: Store,
+        dispatcher: Dispatcher,
+        settings: RolloutSettings,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.agent_loop = agent_loop
+        self.store = store
+        self.dispatcher = dispatcher
+        self.settings = settings
+        self.clock = clock
+
+    def tools_for(self, request: RolloutRequest) -> list[OpenAIFunctionToolSchema]:
+        """The agent's tools for ``request``; AgentToolsError when it fails or returns bad tools."""
+        try:
+            raw = self.agent_loop.get_tools(request)
+        except Exception as exc:
+            raise AgentToolsError(
+                f"{type(self.agent_loop).__name__}.get_tools raised {type(exc).__name__}: {exc}"
+            ) from exc
+        if not isinstance(raw, list):
+            raise AgentToolsError(f"get_tools returned {type(raw).__name__}, expected a list")
+        tools = []
+        for index, tool in enumerate(raw):
+            problems: list[Any] = []
+            check_tool(index, tool, problems, [])
+            if problems:
+                raise AgentToolsError("; ".join(str(p) for p in problems))
+            tools.append(OpenAIFunctionToolSchema.model_validate(tool))
+        return tools
+
+    def check_size(self, request: RolloutRequest) -> None:
+        """PayloadTooLarge when the metadata is over the configured limit."""
+        limit = self.settings.max_metadata_size_bytes
+        size = request.metadata_size()
+        if size > limit:
+            raise PayloadTooLarge(
+                f"metadata is {size} bytes as UTF-8 JSON; the limit is {limit} bytes "
+                "(raise it with OSMOSIS_ROLLOUT_MAX_METADATA_SIZE_BYTES)"
+            )
+
+    async def init(self, request: RolloutRequest) -> InitResponse:
+        """Accept ``request`` once; a duplicate gets the stored body and starts nothing.
+
+        Raises PayloadTooLarge, AgentToolsError, IdempotencyConflict, DispatchError, StoreError.
+        """
+        self.check_size(request)
+        init_response = InitResponse(rollout_id=request.rollout_id, tools=self.tools_for(request))
+        now = self.clock()
+        record = RolloutRecord.new(
+            request,
+            init_response,
+            now=now,
+            ttl_seconds=self.settings.server.record_ttl_seconds,
+        )
+        created = await self.store.create(record, now=now)
+        if not created.created:
+            return self._duplicate(record, created.record, created.conflict_on)
+        try:
+            await self.dispatcher.dispatch(
+                Job(rollout_id=request.rollout_id, attempt=1, api_key=request.api_key)
+            )
+        except Exception as exc:
+            # Without a worker the record would wait forever: release it so TrainGate's retry
+            # of this init dispatches afresh.
+            await self.store.release(record.rollout_id, slot=record.slot, now=self.clock())
+            logger.error("hand-off failed; claim released", extra={"rollout_id": record.rollout_id})
+            if isinstance(exc, DispatchError):
+                raise
+            raise DispatchError(f"could not hand the rollout to a worker: {exc}") from exc
+        logger.info("rollout accepted", extra={"rollout_id": record.rollout_id})
+        return init_response
+
+    @staticmethod
+    def _duplicate(
+        incoming: RolloutRecord, holder: RolloutRecord, conflict_on: str | None
+    ) -> InitResponse:
+        if conflict_on == "slot" and holder.fingerprint == incoming.fingerprint:
+            return holder.init_response_model()
+        if conflict_on == "slot":
+            fields = differing_fields(holder.request, incoming.request)
+            what = (
+                f"idempotency_key {incoming.request.get('idempotency_key')!r}"
+                if incoming.slot.startswith("key:")
+                else f"rollout_id {incoming.rollout_id!r}"
+            )
+            raise IdempotencyConflict(
+                f"{what} was already used by a different request; fields that differ: "
+                f"{', '.join(fields)}. Use a new idempotency_key for a new rollout.",
+                fields,
+            )
+        raise IdempotencyConflict(
+            f"rollout_id {incoming.rollout_id!r} is already in use by a rollout under another "
+            "idempotency key; each rollout needs its own rollout_id",
+            ["rollout_id"],
+        )

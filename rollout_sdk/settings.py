@@ -1,0 +1,151 @@
+"""Settings, read from the environment under the v1 SDK's variable names (protocol.md section 7).
+
+Read once, through :func:`get_settings`, by the wiring (the CLI, ``create_app``, ``handler.py``).
+Out-of-range values raise :class:`~rollout_sdk.errors.ConfigurationError` naming the variable.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from pydantic import Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .errors import ConfigurationError
+from .protocol import DEFAULT_MAX_METADATA_SIZE_BYTES
+
+CLIENT_PREFIX = "OSMOSIS_ROLLOUT_CLIENT_"
+SERVER_PREFIX = "OSMOSIS_ROLLOUT_SERVER_"
+TOP_PREFIX = "OSMOSIS_ROLLOUT_"
+
+
+class RolloutClientSettings(BaseSettings):
+    """How the server talks to TrainGate (``OSMOSIS_ROLLOUT_CLIENT_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix=CLIENT_PREFIX, extra="ignore")
+
+    timeout_seconds: float = Field(300.0, gt=0, le=3600)
+    max_retries: int = Field(3, ge=0, le=20)
+    complete_rollout_retries: int = Field(2, ge=0, le=20)
+    retry_base_delay: float = Field(1.0, ge=0, le=600)
+    retry_max_delay: float = Field(30.0, ge=0, le=3600)
+    max_connections: int = Field(100, ge=1, le=100_000)
+    max_keepalive_connections: int = Field(20, ge=0, le=100_000)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RolloutClientSettings:
+        if self.retry_max_delay < self.retry_base_delay:
+            raise ValueError(
+                f"{CLIENT_PREFIX}RETRY_MAX_DELAY ({self.retry_max_delay}) must be at least "
+                f"{CLIENT_PREFIX}RETRY_BASE_DELAY ({self.retry_base_delay})"
+            )
+        if self.max_keepalive_connections > self.max_connections:
+            raise ValueError(
+                f"{CLIENT_PREFIX}MAX_KEEPALIVE_CONNECTIONS ({self.max_keepalive_connections}) "
+                f"must not exceed {CLIENT_PREFIX}MAX_CONNECTIONS ({self.max_connections})"
+            )
+        return self
+
+
+class RolloutServerSettings(BaseSettings):
+    """How the rollout server runs rollouts (``OSMOSIS_ROLLOUT_SERVER_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix=SERVER_PREFIX, extra="ignore")
+
+    max_concurrent_rollouts: int = Field(100, ge=1, le=100_000)
+    record_ttl_seconds: int = Field(3600, ge=60, le=30 * 24 * 3600)
+    request_timeout_seconds: float = Field(600.0, gt=0, le=7 * 24 * 3600)
+
+
+class RolloutSettings(BaseSettings):
+    """All settings; ``client`` and ``server`` read their own prefixes."""
+
+    model_config = SettingsConfigDict(env_prefix=TOP_PREFIX, extra="ignore")
+
+    client: RolloutClientSettings = Field(default_factory=RolloutClientSettings)
+    server: RolloutServerSettings = Field(default_factory=RolloutServerSettings)
+    max_metadata_size_bytes: int = Field(
+        DEFAULT_MAX_METADATA_SIZE_BYTES, ge=1024, le=100 * 1024 * 1024
+    )
+
+
+_PREFIX_BY_LOCATION = {"client": CLIENT_PREFIX, "server": SERVER_PREFIX}
+
+
+def _variable_name(loc: tuple[Any, ...]) -> str:
+    if len(loc) >= 2 and loc[0] in _PREFIX_BY_LOCATION:
+        return _PREFIX_BY_LOCATION[loc[0]] + str(loc[1]).upper()
+    if len(loc) >= 1 and loc[0] not in _PREFIX_BY_LOCATION:
+        return TOP_PREFIX + str(loc[0]).upper()
+    return TOP_PREFIX + "_".join(str(part).upper() for part in loc)
+
+
+def _describe(exc: ValidationError, prefix: str | None = None) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = tuple(err.get("loc", ()))
+        name = (prefix + str(loc[0]).upper()) if prefix and loc else _variable_name(loc)
+        given = err.get("input")
+        shown = f" (got {given!r})" if not isinstance(given, dict) and given is not None else ""
+        message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        lines.append(f"{name}: {message}{shown}" if loc else message)
+    return "invalid settings:\n  " + "\n  ".join(lines)
+
+
+def load_settings(**overrides: Any) -> RolloutSettings:
+    """Read the settings from the environment; raise ConfigurationError naming each bad variable."""
+    try:
+        client = RolloutClientSettings(**overrides.pop("client", {}))
+    except ValidationError as exc:
+        raise ConfigurationError(_describe(exc, CLIENT_PREFIX)) from exc
+    try:
+        server = RolloutServerSettings(**overrides.pop("server", {}))
+    except ValidationError as exc:
+        raise ConfigurationError(_describe(exc, SERVER_PREFIX)) from exc
+    try:
+        return RolloutSettings(client=client, server=server, **overrides)
+    except ValidationError as exc:
+        raise ConfigurationError(_describe(exc)) from exc
+
+
+_configured: RolloutSettings | None = None
+
+
+@lru_cache(maxsize=1)
+def _from_environment() -> RolloutSettings:
+    return load_settings()
+
+
+def get_settings() -> RolloutSettings:
+    """The process's settings: those given to :func:`configure`, else the environment, read once."""
+    return _configured if _configured is not None else _from_environment()
+
+
+def configure(settings: RolloutSettings) -> None:
+    """Use ``settings`` for apps created from now on (v1 API)."""
+    global _configured
+    _configured = settings
+
+
+def reset_settings() -> None:
+    """Forget :func:`configure` and re-read the environment next time (v1 API; tests)."""
+    global _configured
+    _configured = None
+    _from_environment.cache_clear()
+
+
+def get_max_metadata_size_bytes() -> int:
+    """The metadata limit in force (v1 API)."""
+    return get_settings().max_metadata_size_bytes
+
+
+def set_max_metadata_size_bytes(size_bytes: int) -> None:
+    """Change the metadata limit for apps created from now on (v1 API)."""
+    try:
+        updated = RolloutSettings.model_validate(
+            {**get_settings().model_dump(), "max_metadata_size_bytes": size_bytes}
+        )
+    except ValidationError as exc:
+        raise ConfigurationError(_describe(exc)) from exc
+    configure(updated)
