@@ -96,7 +96,9 @@ OsmosisLLMClient = RolloutLLMClient
 class LLMClientProtocol(Protocol):
     """What ``ctx.llm`` offers (v1 API)."""
 
-    async def chat_completions(self, messages: list[MessageDict], **params: Any) -> CompletionsResult: ...
+    async def chat_completions(
+        self, messages: list[MessageDict], **params: Any
+    ) -> CompletionsResult: ...
 
 
 __all__ = [

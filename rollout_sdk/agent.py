@@ -273,7 +273,7 @@ class RolloutAgentLoop(abc.ABC):
         if not isinstance(name, str) or not name.strip():
             raise TypeError(
                 f"{cls.__name__} must define a non-empty class attribute 'name' "
-                f"(for example: name = \"{cls.__name__.lower()}\")"
+                f'(for example: name = "{cls.__name__.lower()}")'
             )
 
     @abc.abstractmethod

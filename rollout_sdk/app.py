@@ -94,7 +94,7 @@ def install_error_handlers(app: FastAPI) -> None:
         return _error(503, f"the record store failed: {exc}; retry the same init")
 
 
-def create_app(  # noqa: PLR0913 - the v1 SDK's positional signature, kept for ported users
+def create_app(
     agent_loop: RolloutAgentLoop,
     max_concurrent: int | None = None,
     record_ttl_seconds: float | None = None,

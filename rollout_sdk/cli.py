@@ -98,31 +98,53 @@ def build_parser() -> argparse.ArgumentParser:
             "variables (see the README)."
         ),
     )
-    serve.add_argument("--agent", required=True, metavar="MODULE:ATTR",
-                       help="the agent loop to serve, e.g. examples.calculator.agent:agent_loop")
-    serve.add_argument("--host", default="127.0.0.1",
-                       help="address to bind (default 127.0.0.1; 0.0.0.0 to accept other machines)")
+    serve.add_argument(
+        "--agent",
+        required=True,
+        metavar="MODULE:ATTR",
+        help="the agent loop to serve, e.g. examples.calculator.agent:agent_loop",
+    )
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1; 0.0.0.0 to accept other machines)",
+    )
     serve.add_argument("--port", type=int, default=9000, help="port to bind (default 9000)")
-    serve.add_argument("--api-key", metavar="KEY",
-                       help="server key TrainGate must send as 'Authorization: Bearer KEY' "
-                            "(or set ROLLOUT_SDK_SERVER_KEY); default: no key")
-    serve.add_argument("--store", choices=("sqlite", "memory"), default="sqlite",
-                       help="record store (default sqlite: durable, a restart forgets nothing; "
-                            "memory: forgets everything on exit)")
-    serve.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR), metavar="DIR",
-                       help=f"folder of the SQLite store, relative to the current directory "
-                            f"(default {DEFAULT_STATE_DIR}/, file {SQLITE_FILE})")
-    serve.add_argument("--debug-dir", metavar="DIR",
-                       help="write each rollout's ctx.log_event trace as JSON lines here")
-    serve.add_argument("--log-level", default="info",
-                       choices=("critical", "error", "warning", "info", "debug"))
+    serve.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="server key TrainGate must send as 'Authorization: Bearer KEY' "
+        "(or set ROLLOUT_SDK_SERVER_KEY); default: no key",
+    )
+    serve.add_argument(
+        "--store",
+        choices=("sqlite", "memory"),
+        default="sqlite",
+        help="record store (default sqlite: durable, a restart forgets nothing; "
+        "memory: forgets everything on exit)",
+    )
+    serve.add_argument(
+        "--state-dir",
+        default=str(DEFAULT_STATE_DIR),
+        metavar="DIR",
+        help=f"folder of the SQLite store, relative to the current directory "
+        f"(default {DEFAULT_STATE_DIR}/, file {SQLITE_FILE})",
+    )
+    serve.add_argument(
+        "--debug-dir",
+        metavar="DIR",
+        help="write each rollout's ctx.log_event trace as JSON lines here",
+    )
+    serve.add_argument(
+        "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
+    )
     serve.set_defaults(func=_cmd_serve)
 
     validate = sub.add_parser(
         "validate",
         help="check an agent loop",
         description="Check an agent loop's name, tools and run method. Exit 0 when valid, 1 with "
-                    "each error's code and message otherwise.",
+        "each error's code and message otherwise.",
     )
     validate.add_argument("agent", metavar="MODULE:ATTR", help="the agent loop to check")
     validate.add_argument("-v", "--verbose", action="store_true", help="say so when all is well")
@@ -137,19 +159,42 @@ def build_parser() -> argparse.ArgumentParser:
             "a summary, and stop both."
         ),
     )
-    demo.add_argument("--agent", default=DEFAULT_AGENT, metavar="MODULE:ATTR",
-                      help=f"agent loop (default {DEFAULT_AGENT})")
-    demo.add_argument("--dataset", default=DEFAULT_DATASET, metavar="FILE",
-                      help=f"JSON lines, one rollout per row with 'messages' and optional "
-                           f"'metadata' (default {DEFAULT_DATASET})")
-    demo.add_argument("--store", choices=("sqlite", "memory"), default="sqlite",
-                      help="record store of the local server (default sqlite, in a temporary folder)")
-    demo.add_argument("--repeat", type=int, default=1, metavar="N",
-                      help="run the dataset N times (default 1)")
-    demo.add_argument("--concurrency", type=int, default=16, metavar="N",
-                      help="inits in flight at once (default 16)")
-    demo.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
-                      help="give up waiting for callbacks after this long (default 120)")
+    demo.add_argument(
+        "--agent",
+        default=DEFAULT_AGENT,
+        metavar="MODULE:ATTR",
+        help=f"agent loop (default {DEFAULT_AGENT})",
+    )
+    demo.add_argument(
+        "--dataset",
+        default=DEFAULT_DATASET,
+        metavar="FILE",
+        help=f"JSON lines, one rollout per row with 'messages' and optional "
+        f"'metadata' (default {DEFAULT_DATASET})",
+    )
+    demo.add_argument(
+        "--store",
+        choices=("sqlite", "memory"),
+        default="sqlite",
+        help="record store of the local server (default sqlite, in a temporary folder)",
+    )
+    demo.add_argument(
+        "--repeat", type=int, default=1, metavar="N", help="run the dataset N times (default 1)"
+    )
+    demo.add_argument(
+        "--concurrency",
+        type=int,
+        default=16,
+        metavar="N",
+        help="inits in flight at once (default 16)",
+    )
+    demo.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="give up waiting for callbacks after this long (default 120)",
+    )
     demo.set_defaults(func=_cmd_demo)
     return parser
 

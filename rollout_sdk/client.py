@@ -121,7 +121,7 @@ class TrainGateClient:
         capped = min(s.retry_base_delay * (2**attempt), s.retry_max_delay)
         # "Equal jitter": half fixed, half random, so retries of many rollouts spread out
         # without ever collapsing to zero delay.
-        delay = capped / 2 + self._jitter() * capped / 2
+        delay: float = capped / 2 + self._jitter() * capped / 2
         if retry_after is not None:
             delay = max(delay, min(retry_after, s.timeout_seconds))
         return delay

@@ -27,6 +27,8 @@ Errors are mapped to HTTP status codes in one place, :mod:`rollout_sdk.app`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class RolloutError(Exception):
     """Root of every exception raised by the kit."""
@@ -73,7 +75,7 @@ class AgentLoopNotFoundError(OsmosisRolloutError):
 class AgentLoopValidationError(OsmosisRolloutError):
     """An agent loop failed validation; ``errors`` holds each problem."""
 
-    def __init__(self, message: str, errors: list[object] | None = None) -> None:
+    def __init__(self, message: str, errors: Sequence[object] | None = None) -> None:
         super().__init__(message)
         self.errors = list(errors or [])
 

@@ -7,7 +7,7 @@ JSON on the wire is the same as the reference SDK's.
 from __future__ import annotations
 
 import json
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -104,7 +104,7 @@ class ToolResponse(_Wire):
 # --------------------------------------------------------------------------- rollout
 
 
-class RolloutStatus(str, Enum):
+class RolloutStatus(StrEnum):
     """Final status of a rollout."""
 
     COMPLETED = "COMPLETED"

@@ -15,13 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from .protocol import InitResponse, RolloutRequest, RolloutResponse
 
 
-class RecordState(str, Enum):
+class RecordState(StrEnum):
     """Where a rollout is in its life."""
 
     ACCEPTED = "ACCEPTED"

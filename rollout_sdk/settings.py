@@ -124,13 +124,13 @@ def get_settings() -> RolloutSettings:
 
 def configure(settings: RolloutSettings) -> None:
     """Use ``settings`` for apps created from now on (v1 API)."""
-    global _configured
+    global _configured  # noqa: PLW0603 - the v1 API is a process-wide configure()
     _configured = settings
 
 
 def reset_settings() -> None:
     """Forget :func:`configure` and re-read the environment next time (v1 API; tests)."""
-    global _configured
+    global _configured  # noqa: PLW0603 - see configure()
     _configured = None
     _from_environment.cache_clear()
 

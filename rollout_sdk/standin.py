@@ -25,8 +25,15 @@ _QUESTION = re.compile(
     r"(-?\d+(?:\.\d+)?)\s*(\+|-|\*|/|x|plus|minus|times|divided by)\s*(-?\d+(?:\.\d+)?)"
 )
 _OPERATIONS = {
-    "+": "add", "plus": "add", "-": "subtract", "minus": "subtract",
-    "*": "multiply", "x": "multiply", "times": "multiply", "/": "divide", "divided by": "divide",
+    "+": "add",
+    "plus": "add",
+    "-": "subtract",
+    "minus": "subtract",
+    "*": "multiply",
+    "x": "multiply",
+    "times": "multiply",
+    "/": "divide",
+    "divided by": "divide",
 }
 
 
@@ -69,11 +76,13 @@ class ScriptedModel:
                 message = {
                     "role": "assistant",
                     "content": None,
-                    "tool_calls": [{
-                        "id": f"call_{next(self._ids)}",
-                        "type": "function",
-                        "function": {"name": "calculate", "arguments": arguments},
-                    }],
+                    "tool_calls": [
+                        {
+                            "id": f"call_{next(self._ids)}",
+                            "type": "function",
+                            "function": {"name": "calculate", "arguments": arguments},
+                        }
+                    ],
                 }
         prompt = _tokens(messages)
         completion = _tokens([message])
@@ -82,11 +91,13 @@ class ScriptedModel:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": str(body.get("model", "default")),
-            "choices": [{
-                "index": 0,
-                "message": message,
-                "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
-            }],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
+                }
+            ],
             "usage": {
                 "prompt_tokens": prompt,
                 "completion_tokens": completion,

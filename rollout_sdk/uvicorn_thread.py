@@ -42,7 +42,9 @@ class ServerThread:
             **options,
         )
         self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self.server.run, name=f"uvicorn:{self.port}", daemon=True)
+        self._thread = threading.Thread(
+            target=self.server.run, name=f"uvicorn:{self.port}", daemon=True
+        )
 
     @property
     def url(self) -> str:

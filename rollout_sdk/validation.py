@@ -61,110 +61,151 @@ def sample_request() -> RolloutRequest:
     )
 
 
-def check_tool(index: int, tool: Any, errors: list[ValidationError], warnings: list[ValidationError]) -> str | None:
+def check_tool(
+    index: int, tool: Any, errors: list[ValidationError], warnings: list[ValidationError]
+) -> str | None:
     where = f"tools[{index}]"
     if isinstance(tool, OpenAIFunctionToolSchema):
         tool = tool.model_dump()
     if not isinstance(tool, dict):
-        errors.append(ValidationError(
-            "INVALID_TOOL_TYPE",
-            f"a tool must be an OpenAIFunctionToolSchema or a dict, got {type(tool).__name__}",
-            where,
-        ))
+        errors.append(
+            ValidationError(
+                "INVALID_TOOL_TYPE",
+                f"a tool must be an OpenAIFunctionToolSchema or a dict, got {type(tool).__name__}",
+                where,
+            )
+        )
         return None
     if "type" not in tool:
         errors.append(ValidationError("MISSING_TOOL_TYPE", 'add "type": "function"', where))
     elif tool["type"] != "function":
-        warnings.append(ValidationError(
-            "UNKNOWN_TOOL_TYPE", f"type {tool['type']!r} is not 'function'", f"{where}.type"
-        ))
+        warnings.append(
+            ValidationError(
+                "UNKNOWN_TOOL_TYPE", f"type {tool['type']!r} is not 'function'", f"{where}.type"
+            )
+        )
     if "function" not in tool:
         errors.append(ValidationError("MISSING_FUNCTION", 'add a "function" object', where))
         return None
     function = tool["function"]
     if not isinstance(function, dict):
-        errors.append(ValidationError(
-            "INVALID_FUNCTION_TYPE", "function must be an object", f"{where}.function"
-        ))
+        errors.append(
+            ValidationError(
+                "INVALID_FUNCTION_TYPE", "function must be an object", f"{where}.function"
+            )
+        )
         return None
     name = function.get("name")
     if "name" not in function:
-        errors.append(ValidationError(
-            "MISSING_FUNCTION_NAME", "every tool function needs a name", f"{where}.function.name"
-        ))
+        errors.append(
+            ValidationError(
+                "MISSING_FUNCTION_NAME",
+                "every tool function needs a name",
+                f"{where}.function.name",
+            )
+        )
     elif not isinstance(name, str) or not name.strip():
-        errors.append(ValidationError(
-            "INVALID_FUNCTION_NAME", "the function name must be a non-empty string",
-            f"{where}.function.name",
-        ))
+        errors.append(
+            ValidationError(
+                "INVALID_FUNCTION_NAME",
+                "the function name must be a non-empty string",
+                f"{where}.function.name",
+            )
+        )
         name = None
     description = function.get("description")
     if not isinstance(description, str) or not description.strip():
-        errors.append(ValidationError(
-            "MISSING_FUNCTION_DESCRIPTION",
-            f"tool {name or index!s} has no description; LLM APIs require one "
-            "(OpenAIFunctionSchema(description=...))",
-            f"{where}.function.description",
-        ))
+        errors.append(
+            ValidationError(
+                "MISSING_FUNCTION_DESCRIPTION",
+                f"tool {name or index!s} has no description; LLM APIs require one "
+                "(OpenAIFunctionSchema(description=...))",
+                f"{where}.function.description",
+            )
+        )
     parameters = function.get("parameters")
     if parameters is not None:
         if not isinstance(parameters, dict):
-            errors.append(ValidationError(
-                "INVALID_PARAMETERS_TYPE", "parameters must be an object",
-                f"{where}.function.parameters",
-            ))
+            errors.append(
+                ValidationError(
+                    "INVALID_PARAMETERS_TYPE",
+                    "parameters must be an object",
+                    f"{where}.function.parameters",
+                )
+            )
         elif parameters.get("type", "object") != "object":
-            warnings.append(ValidationError(
-                "PARAMETERS_TYPE_NOT_OBJECT", f"parameters type is {parameters.get('type')!r}",
-                f"{where}.function.parameters.type",
-            ))
+            warnings.append(
+                ValidationError(
+                    "PARAMETERS_TYPE_NOT_OBJECT",
+                    f"parameters type is {parameters.get('type')!r}",
+                    f"{where}.function.parameters.type",
+                )
+            )
     if isinstance(name, str) and name.strip():
         return name
     return None
 
 
-def validate_agent_loop(agent_loop: Any, *, request: RolloutRequest | None = None) -> ValidationResult:
+def validate_agent_loop(
+    agent_loop: Any, *, request: RolloutRequest | None = None
+) -> ValidationResult:
     """Check an agent loop's name, tools and ``run``; collect every problem. Never raises."""
     errors: list[ValidationError] = []
     warnings: list[ValidationError] = []
     name = getattr(agent_loop, "name", None)
     agent_name = name if isinstance(name, str) else None
     if not hasattr(agent_loop, "name"):
-        errors.append(ValidationError("MISSING_NAME", "define a class attribute name = \"...\"", "name"))
+        errors.append(
+            ValidationError("MISSING_NAME", 'define a class attribute name = "..."', "name")
+        )
     elif not isinstance(name, str):
-        errors.append(ValidationError(
-            "INVALID_NAME_TYPE", f"name must be a string, got {type(name).__name__}", "name"
-        ))
+        errors.append(
+            ValidationError(
+                "INVALID_NAME_TYPE", f"name must be a string, got {type(name).__name__}", "name"
+            )
+        )
     elif not name.strip():
         errors.append(ValidationError("EMPTY_NAME", "name must not be blank", "name"))
 
     tool_count = 0
     get_tools = getattr(agent_loop, "get_tools", None)
     if not callable(get_tools):
-        errors.append(ValidationError(
-            "GET_TOOLS_EXCEPTION", "the agent loop has no callable get_tools(request)", "get_tools"
-        ))
+        errors.append(
+            ValidationError(
+                "GET_TOOLS_EXCEPTION",
+                "the agent loop has no callable get_tools(request)",
+                "get_tools",
+            )
+        )
     else:
         try:
             tools = get_tools(request or sample_request())
         except Exception as exc:
-            errors.append(ValidationError(
-                "GET_TOOLS_EXCEPTION",
-                f"get_tools raised {type(exc).__name__}: {exc}",
-                "get_tools",
-                {"exception_type": type(exc).__name__, "exception_message": str(exc)},
-            ))
+            errors.append(
+                ValidationError(
+                    "GET_TOOLS_EXCEPTION",
+                    f"get_tools raised {type(exc).__name__}: {exc}",
+                    "get_tools",
+                    {"exception_type": type(exc).__name__, "exception_message": str(exc)},
+                )
+            )
         else:
             if tools is None:
-                errors.append(ValidationError(
-                    "GET_TOOLS_RETURNS_NONE", "get_tools must return a list (may be empty)",
-                    "get_tools",
-                ))
+                errors.append(
+                    ValidationError(
+                        "GET_TOOLS_RETURNS_NONE",
+                        "get_tools must return a list (may be empty)",
+                        "get_tools",
+                    )
+                )
             elif not isinstance(tools, list):
-                errors.append(ValidationError(
-                    "GET_TOOLS_INVALID_TYPE",
-                    f"get_tools must return a list, got {type(tools).__name__}", "get_tools",
-                ))
+                errors.append(
+                    ValidationError(
+                        "GET_TOOLS_INVALID_TYPE",
+                        f"get_tools must return a list, got {type(tools).__name__}",
+                        "get_tools",
+                    )
+                )
             else:
                 tool_count = len(tools)
                 seen: dict[str, int] = {}
@@ -173,22 +214,28 @@ def validate_agent_loop(agent_loop: Any, *, request: RolloutRequest | None = Non
                     if tool_name is None:
                         continue
                     if tool_name in seen:
-                        errors.append(ValidationError(
-                            "DUPLICATE_TOOL_NAME",
-                            f"tool name {tool_name!r} is also used by tools[{seen[tool_name]}]",
-                            f"tools[{index}].function.name",
-                        ))
+                        errors.append(
+                            ValidationError(
+                                "DUPLICATE_TOOL_NAME",
+                                f"tool name {tool_name!r} is also used by tools[{seen[tool_name]}]",
+                                f"tools[{index}].function.name",
+                            )
+                        )
                     seen.setdefault(tool_name, index)
 
     run = getattr(agent_loop, "run", None)
     if run is None:
-        errors.append(ValidationError("MISSING_RUN_METHOD", "define async def run(self, ctx)", "run"))
+        errors.append(
+            ValidationError("MISSING_RUN_METHOD", "define async def run(self, ctx)", "run")
+        )
     elif not callable(run):
         errors.append(ValidationError("RUN_NOT_CALLABLE", "run must be a method", "run"))
     elif not inspect.iscoroutinefunction(run):
-        errors.append(ValidationError(
-            "RUN_NOT_ASYNC", "run must be declared 'async def run(self, ctx)'", "run"
-        ))
+        errors.append(
+            ValidationError(
+                "RUN_NOT_ASYNC", "run must be declared 'async def run(self, ctx)'", "run"
+            )
+        )
     return ValidationResult(
         valid=not errors,
         errors=errors,

@@ -21,7 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .agent import RolloutAgentLoop, RolloutCancelled, RolloutContext, RolloutLLMClient, RolloutResult
+from .agent import (
+    RolloutAgentLoop,
+    RolloutCancelled,
+    RolloutContext,
+    RolloutLLMClient,
+    RolloutResult,
+)
 from .protocol import RolloutMetrics, RolloutResponse, RolloutStatus
 from .record import RecordState, RolloutRecord
 
@@ -129,7 +135,9 @@ class RolloutWorker:
         )
         if not finished.applied or finished.record is None:
             # Someone else (a recovery sweep) fixed the final response first; theirs stands.
-            logger.warning("finish lost; keeping the stored response", extra={"rollout_id": job.rollout_id})
+            logger.warning(
+                "finish lost; keeping the stored response", extra={"rollout_id": job.rollout_id}
+            )
             return finished.record
         logger.info(
             "rollout finished",

@@ -39,7 +39,9 @@ OPERATIONS: dict[str, Callable[[float, float], float]] = {
 }
 
 
-def _tool(name: str, description: str, **properties: OpenAIFunctionPropertySchema) -> OpenAIFunctionToolSchema:
+def _tool(
+    name: str, description: str, **properties: OpenAIFunctionPropertySchema
+) -> OpenAIFunctionToolSchema:
     return OpenAIFunctionToolSchema(
         function=OpenAIFunctionSchema(
             name=name,
@@ -80,7 +82,9 @@ def run_tool(name: str, args: dict[str, Any]) -> float:
     if name == "calculate":
         operation = args.get("operation")
         if operation not in OPERATIONS:
-            raise ToolExecutionError(f"unknown operation {operation!r}; use one of {list(OPERATIONS)}")
+            raise ToolExecutionError(
+                f"unknown operation {operation!r}; use one of {list(OPERATIONS)}"
+            )
         a, b = _number(args, "a"), _number(args, "b")
         if operation == "divide" and b == 0:
             raise ToolExecutionError("division by zero")
@@ -134,7 +138,9 @@ class CalculatorAgent(RolloutAgentLoop):
                 started = time.perf_counter()
                 call_id, name, args = get_tool_call_info(call)
                 try:
-                    result = create_tool_result(call_id, serialize_tool_result(_tidy(run_tool(name, args))))
+                    result = create_tool_result(
+                        call_id, serialize_tool_result(_tidy(run_tool(name, args)))
+                    )
                 except ToolExecutionError as exc:
                     result = create_tool_error_result(call_id, str(exc))
                 ctx.record_tool_call(latency_ms=(time.perf_counter() - started) * 1000)

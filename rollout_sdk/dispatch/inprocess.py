@@ -64,11 +64,11 @@ class InProcessDispatcher:
             finally:
                 self._completed += 1
 
-    async def drain(self, timeout: float | None = None) -> bool:
-        """Wait until no job is left (True) or ``timeout`` passes (False)."""
+    async def drain(self, within: float | None = None) -> bool:
+        """Wait until no job is left (True) or ``within`` seconds pass (False)."""
         if not self._tasks:
             return True
-        _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
+        _, pending = await asyncio.wait(set(self._tasks), timeout=within)
         return not pending
 
     async def aclose(self) -> None:

@@ -11,27 +11,28 @@ from .base import TransactionalStore
 
 
 class _MemoryTransaction:
-    def __init__(self, store: MemoryStore) -> None:
-        self._store = store
+    def __init__(self, by_id: dict[str, RolloutRecord], by_slot: dict[str, str]) -> None:
+        self._by_id = by_id
+        self._by_slot = by_slot
 
     def by_id(self, rollout_id: str) -> RolloutRecord | None:
-        return self._store._by_id.get(rollout_id)
+        return self._by_id.get(rollout_id)
 
     def by_slot(self, slot: str) -> RolloutRecord | None:
-        rollout_id = self._store._by_slot.get(slot)
-        return None if rollout_id is None else self._store._by_id.get(rollout_id)
+        rollout_id = self._by_slot.get(slot)
+        return None if rollout_id is None else self._by_id.get(rollout_id)
 
     def put(self, record: RolloutRecord) -> None:
-        old = self._store._by_id.get(record.rollout_id)
+        old = self._by_id.get(record.rollout_id)
         if old is not None and old.slot != record.slot:
-            self._store._by_slot.pop(old.slot, None)
-        self._store._by_id[record.rollout_id] = record
-        self._store._by_slot[record.slot] = record.rollout_id
+            self._by_slot.pop(old.slot, None)
+        self._by_id[record.rollout_id] = record
+        self._by_slot[record.slot] = record.rollout_id
 
     def delete(self, rollout_id: str) -> None:
-        old = self._store._by_id.pop(rollout_id, None)
-        if old is not None and self._store._by_slot.get(old.slot) == rollout_id:
-            del self._store._by_slot[old.slot]
+        old = self._by_id.pop(rollout_id, None)
+        if old is not None and self._by_slot.get(old.slot) == rollout_id:
+            del self._by_slot[old.slot]
 
 
 class MemoryStore(TransactionalStore):
@@ -49,7 +50,7 @@ class MemoryStore(TransactionalStore):
     @contextmanager
     def _transaction(self) -> Iterator[_MemoryTransaction]:
         with self._lock:
-            yield _MemoryTransaction(self)
+            yield _MemoryTransaction(self._by_id, self._by_slot)
 
     def _scan(self, states: Collection[RecordState]) -> Iterator[RolloutRecord]:
         with self._lock:
