@@ -20,7 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from .agent import RolloutAgentLoop
-from .auth import ServerKeyMiddleware
+from .auth import KeyProvider, ServerKeyMiddleware
 from .client import TrainGateClient
 from .dispatch.base import Dispatcher
 from .dispatch.inprocess import InProcessDispatcher
@@ -108,6 +108,7 @@ def create_app(
     on_shutdown: Hook | None = None,
     *,
     api_keys: Iterable[str] = (),
+    key_provider: KeyProvider | None = None,
     store: Store | None = None,
     dispatcher: Dispatcher | None = None,
     client: TrainGateClient | None = None,
@@ -116,7 +117,8 @@ def create_app(
 ) -> FastAPI:
     """Build the rollout server's app.
 
-    ``api_key`` (and any ``api_keys``, for rotation) are server keys. ``store`` defaults to an
+    ``api_key`` (and any ``api_keys``, for rotation) are server keys; ``key_provider`` adds keys
+    read at request time (the Lambda reads them from Secrets Manager). ``store`` defaults to an
     in-memory store and ``dispatcher`` to an in-process one bounded by ``max_concurrent``.
     Raises AgentLoopValidationError for an invalid agent loop, ConfigurationError for bad settings.
     """
@@ -204,5 +206,5 @@ def create_app(
     async def platform_health() -> dict[str, Any]:
         return health_body()
 
-    app.add_middleware(ServerKeyMiddleware, keys=keys)
+    app.add_middleware(ServerKeyMiddleware, keys=keys, key_provider=key_provider)
     return app

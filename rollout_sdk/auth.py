@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -35,23 +35,38 @@ def parse_authorization(raw: bytes | None) -> bytes | None:
     return value or None
 
 
+KeyProvider = Callable[[], Iterable[str]]
+
+
 class ServerKeyMiddleware:
-    """Answers 401 (or 404 for /platform/health with no key configured) before the app runs."""
+    """Answers 401 (or 404 for /platform/health with no key configured) before the app runs.
 
-    def __init__(self, app: ASGIApp, *, keys: Iterable[str] = ()) -> None:
+    ``keys`` is a fixed list; ``key_provider`` is asked on every protected request (on Lambda it
+    reads the secret through a cache, so a rotated key takes effect without a redeploy).
+    """
+
+    def __init__(
+        self, app: ASGIApp, *, keys: Iterable[str] = (), key_provider: KeyProvider | None = None
+    ) -> None:
         self.app = app
-        self._keys = [k.encode() for k in keys if k]
+        fixed = [k.encode() for k in keys if k]
+        self._provider = key_provider
+        self._fixed = fixed
 
-    @property
-    def enabled(self) -> bool:
-        return bool(self._keys)
+    def current_keys(self) -> list[bytes]:
+        """The keys valid right now."""
+        if self._provider is None:
+            return self._fixed
+        return self._fixed + [k.encode() for k in self._provider() if k]
 
-    def accepts(self, presented: bytes | None) -> bool:
+    @staticmethod
+    def accepts(presented: bytes | None, keys: list[bytes]) -> bool:
+        """Whether ``presented`` equals one of ``keys``, compared in constant time."""
         if presented is None:
             return False
-        # Compare against every key (rotation), constant-time, without stopping early.
+        # Compare against every key (rotation) without stopping early.
         matched = False
-        for key in self._keys:
+        for key in keys:
             matched |= hmac.compare_digest(presented, key)
         return matched
 
@@ -59,14 +74,15 @@ class ServerKeyMiddleware:
         if scope["type"] != "http" or not scope["path"].startswith(PROTECTED_PREFIXES):
             await self.app(scope, receive, send)
             return
-        if not self._keys:
+        keys = self.current_keys()
+        if not keys:
             if scope["path"].startswith("/platform/"):
                 await _answer(send, 404, "no server key is configured, so /platform/health is off")
                 return
             await self.app(scope, receive, send)
             return
         raw = next((v for k, v in scope["headers"] if k == b"authorization"), None)
-        if not self.accepts(parse_authorization(raw)):
+        if not self.accepts(parse_authorization(raw), keys):
             await _answer(
                 send,
                 401,

@@ -106,6 +106,8 @@ class RolloutService:
     def _duplicate(
         incoming: RolloutRecord, holder: RolloutRecord, conflict_on: str | None
     ) -> InitResponse:
+        if holder.slot == incoming.slot:
+            conflict_on = "slot"  # the same slot, whichever item a store found first
         if conflict_on == "slot" and holder.fingerprint == incoming.fingerprint:
             return holder.init_response_model()
         if conflict_on == "slot":

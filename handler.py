@@ -1,0 +1,36 @@
+"""Lambda entry points. Wiring only: everything is built once per cold start.
+
+``template.yaml`` points the API function at ``handler.api`` and the worker function at
+``handler.worker``; the agent loop is named by the ``AGENT_LOOP`` variable (``module:attribute``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from rollout_sdk.lambda_runtime import LambdaRuntime
+
+logger = Logger(service="rollout-sdk")
+# The SDK logs through the standard library; give its loggers Powertools' JSON format, so every
+# line carries the invocation's keys (and, where one is known, the rollout_id).
+copy_config_to_registered_loggers(source_logger=logger, include={"rollout_sdk"})
+
+runtime = LambdaRuntime.from_environment()
+
+
+@logger.inject_lambda_context(clear_state=True)
+def api(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """API function: init, health and platform health through Mangum."""
+    return runtime.api_handler(event, context)
+
+
+@logger.inject_lambda_context(clear_state=True)
+def worker(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Worker function: run one rollout and call TrainGate back."""
+    if isinstance(event, dict) and isinstance(event.get("rollout_id"), str):
+        logger.append_keys(rollout_id=event["rollout_id"])
+    return runtime.handle_worker(event, context)

@@ -1,0 +1,94 @@
+"""Lambda dispatcher: hands a rollout to the worker function with an asynchronous invoke.
+
+Lambda keeps the event in its own durable queue and retries it; the worker's claim on the record
+makes a second delivery of the same event run nothing. The invoke happens before init answers
+202, so no work is left pending when the API function's environment freezes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ..errors import DispatchError
+from .base import Job
+
+if TYPE_CHECKING:
+    from mypy_boto3_lambda import LambdaClient
+
+#: Asynchronous invocation payloads are limited to 1 MB; the job is a few hundred bytes.
+MAX_EVENT_BYTES = 1024 * 1024
+
+
+def job_event(job: Job) -> dict[str, Any]:
+    """The worker's event: small on purpose; the worker reads the request from the store."""
+    return {"rollout_id": job.rollout_id, "attempt": job.attempt, "api_key": job.api_key}
+
+
+def job_from_event(event: Any) -> Job:
+    """Parse a worker event; ValueError naming the field when it is malformed."""
+    if not isinstance(event, dict):
+        raise ValueError(f"worker event must be a JSON object, got {type(event).__name__}")
+    rollout_id = event.get("rollout_id")
+    if not isinstance(rollout_id, str) or not rollout_id:
+        raise ValueError("worker event field 'rollout_id' must be a non-empty string")
+    attempt = event.get("attempt", 1)
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+        raise ValueError("worker event field 'attempt' must be a positive integer")
+    api_key = event.get("api_key")
+    if api_key is not None and not isinstance(api_key, str):
+        raise ValueError("worker event field 'api_key' must be a string or null")
+    return Job(rollout_id=rollout_id, attempt=attempt, api_key=api_key)
+
+
+class LambdaDispatcher:
+    """``Invoke(InvocationType="Event")`` of the worker function, one per rollout."""
+
+    def __init__(self, function_name: str, *, client: LambdaClient) -> None:
+        self.function_name = function_name
+        self._client = client
+        self._dispatched = 0
+
+    @property
+    def active(self) -> int:
+        # The API function runs no rollouts itself; the store knows what is in flight.
+        return 0
+
+    @property
+    def completed(self) -> int:
+        return 0
+
+    @property
+    def dispatched(self) -> int:
+        """Invokes this execution environment has made."""
+        return self._dispatched
+
+    async def dispatch(self, job: Job) -> None:
+        payload = json.dumps(job_event(job)).encode()
+
+        def invoke() -> dict[str, Any]:
+            return dict(
+                self._client.invoke(
+                    FunctionName=self.function_name, InvocationType="Event", Payload=payload
+                )
+            )
+
+        try:
+            answer = await asyncio.to_thread(invoke)
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            raise DispatchError(
+                f"invoke of {self.function_name} failed: {error.get('Code')}: {error.get('Message')}"
+            ) from exc
+        except BotoCoreError as exc:
+            raise DispatchError(f"invoke of {self.function_name} failed: {exc}") from exc
+        status = answer.get("StatusCode")
+        if status != 202:
+            raise DispatchError(f"invoke of {self.function_name} answered {status}, expected 202")
+        self._dispatched += 1
+
+    async def aclose(self) -> None:
+        """Nothing to stop: Lambda owns the invocations."""

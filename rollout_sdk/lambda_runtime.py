@@ -1,0 +1,311 @@
+"""Wiring of the two Lambda functions, built once per cold start by ``handler.py``.
+
+- API function: the FastAPI app behind API Gateway (HTTP API, payload 2.0) through Mangum with
+  ``lifespan="off"``; init claims the record in DynamoDB and invokes the worker asynchronously
+  before answering 202.
+- Worker function: parses the job event, runs :class:`~rollout_sdk.worker.RolloutWorker` with a
+  deadline taken from the Lambda's remaining time, and returns a small summary.
+
+Nothing here touches the network at import or construction: boto3 clients connect on first use,
+and the server key is read from Secrets Manager (through Powertools Parameters, cached) on the
+first request that needs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .errors import ConfigurationError
+from .settings import RolloutSettings, load_settings
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_lambda import LambdaClient
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_secretsmanager import SecretsManagerClient
+
+    from .agent import RolloutAgentLoop
+    from .worker import RolloutWorker
+
+logger = logging.getLogger("rollout_sdk.lambda")
+
+#: Lambda's hard ceiling on one invocation.
+LAMBDA_MAX_TIMEOUT_SECONDS = 900
+
+
+class LambdaSettings(BaseSettings):
+    """What ``template.yaml`` passes to both functions as environment variables."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    agent_loop: str = Field(validation_alias="AGENT_LOOP")
+    table_name: str = Field(validation_alias="TABLE_NAME")
+    worker_function_name: str | None = Field(None, validation_alias="WORKER_FUNCTION_NAME")
+    server_key_secret: str | None = Field(None, validation_alias="SERVER_KEY_SECRET_ARN")
+    payload_bucket: str | None = Field(None, validation_alias="PAYLOAD_BUCKET")
+    worker_timeout_seconds: float = Field(
+        LAMBDA_MAX_TIMEOUT_SECONDS,
+        gt=0,
+        le=LAMBDA_MAX_TIMEOUT_SECONDS,
+        validation_alias="WORKER_TIMEOUT_SECONDS",
+    )
+    deadline_margin_seconds: float = Field(
+        10.0, ge=0, le=300, validation_alias="DEADLINE_MARGIN_SECONDS"
+    )
+    secret_max_age_seconds: int = Field(
+        300, ge=0, le=86400, validation_alias="SECRET_MAX_AGE_SECONDS"
+    )
+    endpoint_url: str | None = Field(None, validation_alias="ROLLOUT_SDK_AWS_ENDPOINT_URL")
+    enable_docs: bool = Field(False, validation_alias="ROLLOUT_SDK_ENABLE_DOCS")
+
+
+def load_lambda_settings() -> LambdaSettings:
+    """Read the Lambda settings; ConfigurationError naming each missing or bad variable."""
+    try:
+        return LambdaSettings()
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            field = str(err["loc"][0]) if err.get("loc") else "?"
+            problems.append(f"{field}: {err.get('msg')}")
+        raise ConfigurationError(
+            "invalid Lambda environment (set by template.yaml):\n  " + "\n  ".join(problems)
+        ) from exc
+
+
+def check_deadlines(settings: RolloutSettings, lambda_settings: LambdaSettings) -> None:
+    """Refuse a rollout deadline the worker function cannot honour."""
+    budget = lambda_settings.worker_timeout_seconds - lambda_settings.deadline_margin_seconds
+    requested = settings.server.request_timeout_seconds
+    if requested > budget:
+        raise ConfigurationError(
+            f"OSMOSIS_ROLLOUT_SERVER_REQUEST_TIMEOUT_SECONDS is {requested:g} s, but the worker "
+            f"function times out after {lambda_settings.worker_timeout_seconds:g} s "
+            f"(WorkerTimeout) and keeps {lambda_settings.deadline_margin_seconds:g} s "
+            f"(DEADLINE_MARGIN_SECONDS) to report: at most {budget:g} s fits. Lower the request "
+            "timeout, or see docs/aws.md for rollouts longer than 15 minutes."
+        )
+
+
+def parse_server_keys(secret: str | None) -> list[str]:
+    """Server keys from a secret value: one key, a JSON list of keys, or ``{"keys": [...]}``.
+
+    Several keys may be valid at once, so a key can be rotated without downtime.
+    """
+    if not secret:
+        return []
+    text = secret.strip()
+    if text.startswith(("[", "{")):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigurationError(f"the server-key secret is not valid JSON: {exc.msg}") from exc
+        keys = value.get("keys") if isinstance(value, dict) else value
+        if not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys):
+            raise ConfigurationError(
+                'the server-key secret must be a key, a JSON list of keys, or {"keys": [...]}'
+            )
+        return list(keys)
+    return [text]
+
+
+class AwsClients:
+    """boto3 clients, each built on first use (building one reads no network).
+
+    ``endpoint_url`` points every client at an emulator (moto's server) for local runs and tests.
+    """
+
+    def __init__(self, *, endpoint_url: str | None = None, max_pool_connections: int = 10) -> None:
+        from botocore.config import Config
+
+        self.endpoint_url = endpoint_url
+        self.config = Config(
+            max_pool_connections=max_pool_connections,
+            retries={"mode": "standard", "max_attempts": 4},
+            connect_timeout=5,
+            read_timeout=30,
+        )
+
+    @cached_property
+    def dynamodb(self) -> DynamoDBClient:
+        import boto3
+
+        return boto3.client("dynamodb", endpoint_url=self.endpoint_url, config=self.config)
+
+    @cached_property
+    def s3(self) -> S3Client:
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint_url, config=self.config)
+
+    @cached_property
+    def lambda_(self) -> LambdaClient:
+        import boto3
+
+        return boto3.client("lambda", endpoint_url=self.endpoint_url, config=self.config)
+
+    @cached_property
+    def secretsmanager(self) -> SecretsManagerClient:
+        import boto3
+
+        return boto3.client("secretsmanager", endpoint_url=self.endpoint_url, config=self.config)
+
+
+class LambdaRuntime:
+    """The objects both functions share within one execution environment."""
+
+    def __init__(
+        self,
+        agent_loop: RolloutAgentLoop,
+        *,
+        settings: RolloutSettings,
+        lambda_settings: LambdaSettings,
+        clients: AwsClients,
+        secret_reader: Callable[[str, int], str] | None = None,
+    ) -> None:
+        check_deadlines(settings, lambda_settings)
+        self.agent_loop = agent_loop
+        self.settings = settings
+        self.lambda_settings = lambda_settings
+        self._clients = clients
+        self._secret_reader = secret_reader
+        # One event loop for the environment's life: the shared TrainGate client's connections
+        # belong to it, and Mangum runs on the current loop.
+        self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self.loop)
+
+    @classmethod
+    def from_environment(cls, *, clients: AwsClients | None = None) -> LambdaRuntime:
+        """Build from the environment ``template.yaml`` sets. Raises ConfigurationError."""
+        from .loader import load_agent_loop
+        from .validation import validate_agent_loop
+
+        lambda_settings = load_lambda_settings()
+        settings = load_settings()
+        agent_loop = load_agent_loop(lambda_settings.agent_loop)
+        validate_agent_loop(agent_loop).raise_if_invalid()
+        clients = clients or AwsClients(
+            endpoint_url=lambda_settings.endpoint_url,
+            max_pool_connections=max(10, settings.server.max_concurrent_rollouts),
+        )
+        return cls(
+            agent_loop,
+            settings=settings,
+            lambda_settings=lambda_settings,
+            clients=clients,
+        )
+
+    # ------------------------------------------------------------------ shared pieces
+
+    @cached_property
+    def store(self) -> Any:
+        """The DynamoDB store (large values in the payload bucket)."""
+        from .store.dynamodb import DynamoDBStore
+
+        bucket = self.lambda_settings.payload_bucket
+        return DynamoDBStore(
+            self.lambda_settings.table_name,
+            client=self._clients.dynamodb,
+            s3=self._clients.s3 if bucket else None,
+            bucket=bucket,
+        )
+
+    @cached_property
+    def client(self) -> Any:
+        """The process's one TrainGate client."""
+        from .client import TrainGateClient
+
+        return TrainGateClient(self.settings.client)
+
+    def server_keys(self) -> list[str]:
+        """The valid server keys, from the secret (cached by Powertools for max-age seconds)."""
+        name = self.lambda_settings.server_key_secret
+        if not name:
+            return []
+        reader = self._secret_reader or self._read_secret
+        return parse_server_keys(reader(name, self.lambda_settings.secret_max_age_seconds))
+
+    def _read_secret(self, name: str, max_age: int) -> str:
+        from aws_lambda_powertools.utilities.parameters import SecretsProvider
+
+        provider = self.__dict__.get("_secrets_provider")
+        if provider is None:
+            provider = SecretsProvider(boto3_client=self._clients.secretsmanager)
+            self.__dict__["_secrets_provider"] = provider
+        value = provider.get(name, max_age=max_age)
+        if isinstance(value, bytes):
+            return value.decode()
+        if not isinstance(value, str):
+            raise ConfigurationError(f"secret {name} is not a string")
+        return value
+
+    # ------------------------------------------------------------------ API function
+
+    @cached_property
+    def app(self) -> FastAPI:
+        """The same app the local server runs, on DynamoDB and the Lambda dispatcher."""
+        from .app import create_app
+        from .dispatch.aws_lambda import LambdaDispatcher
+
+        function = self.lambda_settings.worker_function_name
+        if not function:
+            raise ConfigurationError("WORKER_FUNCTION_NAME is not set (template.yaml sets it)")
+        return create_app(
+            self.agent_loop,
+            settings=self.settings,
+            store=self.store,
+            dispatcher=LambdaDispatcher(function, client=self._clients.lambda_),
+            client=self.client,
+            key_provider=self.server_keys,
+            docs=self.lambda_settings.enable_docs,
+        )
+
+    @cached_property
+    def api_handler(self) -> Callable[[dict[str, Any], Any], dict[str, Any]]:
+        """The API function's handler: Mangum around the app, lifespan off."""
+        from mangum import Mangum
+
+        handler: Callable[[dict[str, Any], Any], dict[str, Any]] = Mangum(self.app, lifespan="off")
+        return handler
+
+    # ------------------------------------------------------------------ worker function
+
+    @cached_property
+    def worker(self) -> RolloutWorker:
+        """The worker, on the same store and client."""
+        from .worker import RolloutWorker
+
+        return RolloutWorker(self.agent_loop, self.store, self.client, self.settings)
+
+    def handle_worker(self, event: Any, context: Any) -> dict[str, Any]:
+        """Run the rollout named by ``event``; a second delivery of the same event runs nothing."""
+        from .dispatch.aws_lambda import job_from_event
+
+        try:
+            job = job_from_event(event)
+        except ValueError as exc:
+            # Retrying a malformed event cannot help: report and return, do not raise.
+            logger.error("malformed worker event: %s", exc)
+            return {"status": "rejected", "error": str(exc)}
+        deadline = None
+        if context is not None and hasattr(context, "get_remaining_time_in_millis"):
+            remaining = context.get_remaining_time_in_millis() / 1000
+            deadline = max(0.0, remaining - self.lambda_settings.deadline_margin_seconds)
+        record = self.loop.run_until_complete(self.worker.run(job, deadline_seconds=deadline))
+        if record is None:
+            return {"status": "skipped", "rollout_id": job.rollout_id}
+        return {
+            "status": "done",
+            "rollout_id": job.rollout_id,
+            "state": record.state.value,
+            "delivered": record.delivered_at is not None,
+        }

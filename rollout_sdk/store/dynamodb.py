@@ -1,0 +1,418 @@
+"""DynamoDB store: the rollout record on AWS, every move a conditional write.
+
+Table layout (one table, string hash key ``pk``; see ``template.yaml``)::
+
+    pk = "rollout#<rollout_id>"   the record: state, attempt, lease, request, response, ...
+    pk = "slot#<slot>"            the idempotency slot: which rollout holds it
+
+``expires_at`` (Number, epoch seconds) is the table's TTL attribute. DynamoDB deletes expired items
+late (up to days), so every read and condition treats ``expires_at <= now`` as absent, and a
+create may take over an expired item.
+
+Large values: the request and the final response are stored zlib-compressed (Binary). A value
+that is still over ``inline_limit`` bytes compressed goes to S3 (``bucket``), and the item keeps
+its key; without a bucket such a request is refused with a StoreError that says so.
+
+Nothing above this module sees botocore: ``ClientError`` and ``BotoCoreError`` become StoreError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import zlib
+from collections.abc import Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ..errors import StoreError
+from ..record import RecordState, RolloutRecord
+from .base import CreateResult, TransitionResult
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_s3 import S3Client
+
+T = TypeVar("T")
+
+ROLLOUT_PREFIX = "rollout#"
+SLOT_PREFIX = "slot#"
+
+#: A DynamoDB item is at most 400 KB; leave room for the other attributes and names.
+DEFAULT_INLINE_LIMIT = 300 * 1024
+
+_BLOBS = ("request", "response")
+_JSON = ("init_response", "extra")
+_NUMBERS = (
+    "attempt",
+    "lease_until",
+    "created_at",
+    "updated_at",
+    "delivered_at",
+    "delivery_attempts",
+    "next_attempt_at",
+)
+_STRINGS = ("rollout_id", "slot", "fingerprint", "last_error")
+
+
+def _number(value: float | int) -> dict[str, str]:
+    return {"N": repr(value) if isinstance(value, float) else str(value)}
+
+
+def _ttl(value: float) -> dict[str, str]:
+    # TTL wants whole epoch seconds; round up so a record never expires early.
+    return {"N": str(math.ceil(value))}
+
+
+class DynamoDBStore:
+    """The ``Store`` port over one DynamoDB table (and, for large values, one S3 bucket).
+
+    ``client`` and ``s3`` are injected boto3 clients (tests point them at moto's server).
+    """
+
+    def __init__(
+        self,
+        table_name: str,
+        *,
+        client: DynamoDBClient,
+        s3: S3Client | None = None,
+        bucket: str | None = None,
+        inline_limit: int = DEFAULT_INLINE_LIMIT,
+    ) -> None:
+        self.table_name = table_name
+        self._ddb = client
+        self._s3 = s3
+        self._bucket = bucket
+        self._inline_limit = inline_limit
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def _call(self, fn: Callable[[], T]) -> T:
+        # boto3 is synchronous; a worker thread keeps the event loop free while DynamoDB answers.
+        return await asyncio.to_thread(fn)
+
+    def _fail(self, action: str, exc: Exception) -> StoreError:
+        if isinstance(exc, ClientError):
+            error = exc.response.get("Error", {})
+            detail = f"{error.get('Code', 'ClientError')}: {error.get('Message', '')}"
+        else:
+            detail = f"{type(exc).__name__}: {exc}"
+        return StoreError(f"DynamoDB {action} on table {self.table_name!r} failed: {detail}")
+
+    # ------------------------------------------------------------------ codec
+
+    def _pack_blob(self, rollout_id: str, name: str, value: Mapping[str, Any]) -> dict[str, Any]:
+        raw = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+        packed = zlib.compress(raw, 6)
+        if len(packed) <= self._inline_limit:
+            return {"B": packed}
+        if self._s3 is None or not self._bucket:
+            raise StoreError(
+                f"the {name} of rollout {rollout_id!r} is {len(packed)} bytes compressed, over the "
+                f"{self._inline_limit}-byte inline limit of a DynamoDB item, and no S3 bucket is "
+                "configured for large values (LARGE_PAYLOAD_BUCKET)"
+            )
+        # Content-addressed, so a losing create (a 409) can never overwrite the winner's object.
+        key = f"{name}/{hashlib.sha256(rollout_id.encode()).hexdigest()[:16]}/{hashlib.sha256(packed).hexdigest()}"
+        try:
+            self._s3.put_object(Bucket=self._bucket, Key=key, Body=packed)
+        except (ClientError, BotoCoreError) as exc:
+            raise StoreError(f"S3 put of {key} in {self._bucket!r} failed: {exc}") from exc
+        return {"M": {"s3_key": {"S": key}}}
+
+    def _unpack_blob(self, attr: Mapping[str, Any]) -> dict[str, Any]:
+        if "B" in attr:
+            packed = bytes(attr["B"])
+        else:
+            key = attr["M"]["s3_key"]["S"]
+            if self._s3 is None or not self._bucket:
+                raise StoreError(f"record points at S3 object {key} but no bucket is configured")
+            try:
+                packed = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"].read()
+            except (ClientError, BotoCoreError) as exc:
+                raise StoreError(f"S3 get of {key} in {self._bucket!r} failed: {exc}") from exc
+        value: dict[str, Any] = json.loads(zlib.decompress(packed))
+        return value
+
+    def _encode(self, rollout_id: str, name: str, value: Any) -> dict[str, Any] | None:
+        """One attribute value; None means REMOVE."""
+        if value is None:
+            return None
+        if name == "state":
+            return {"S": RecordState(value).value}
+        if name == "expires_at":
+            return _ttl(float(value))
+        if name == "cancel_requested":
+            return {"BOOL": bool(value)}
+        if name in _BLOBS:
+            return self._pack_blob(rollout_id, name, value)
+        if name in _JSON:
+            return {"S": json.dumps(value, separators=(",", ":"))}
+        if name in _NUMBERS:
+            return _number(value)
+        if name in _STRINGS:
+            return {"S": str(value)}
+        raise StoreError(f"unknown record field {name!r}")
+
+    def _to_item(self, record: RolloutRecord) -> dict[str, Any]:
+        item: dict[str, Any] = {"pk": {"S": ROLLOUT_PREFIX + record.rollout_id}}
+        for name, value in record.to_dict().items():
+            encoded = self._encode(record.rollout_id, name, value)
+            if encoded is not None:
+                item[name] = encoded
+        return item
+
+    def _from_item(self, item: Mapping[str, Any]) -> RolloutRecord:
+        data: dict[str, Any] = {}
+        for name, attr in item.items():
+            if name == "pk":
+                continue
+            if name in _BLOBS:
+                data[name] = self._unpack_blob(attr)
+            elif name in _JSON:
+                data[name] = json.loads(attr["S"])
+            elif "N" in attr:
+                number = float(attr["N"])
+                data[name] = int(number) if name in ("attempt", "delivery_attempts") else number
+            elif "BOOL" in attr:
+                data[name] = attr["BOOL"]
+            elif "S" in attr:
+                data[name] = attr["S"]
+        return RolloutRecord.from_dict(data)
+
+    def _live(self, item: Mapping[str, Any] | None, now: float) -> RolloutRecord | None:
+        if not item or float(item.get("expires_at", {}).get("N", "0")) <= now:
+            return None
+        return self._from_item(item)
+
+    # ------------------------------------------------------------------ the port
+
+    async def create(self, record: RolloutRecord, *, now: float) -> CreateResult:
+        """Claim the slot and the rollout id in one transaction."""
+        free = "attribute_not_exists(pk) OR expires_at <= :now"
+        values = {":now": _number(now)}
+        slot_item = {
+            "pk": {"S": SLOT_PREFIX + record.slot},
+            "rollout_id": {"S": record.rollout_id},
+            "expires_at": _ttl(record.expires_at),
+        }
+        rollout_item = self._to_item(record)
+
+        def write() -> None:
+            self._ddb.transact_write_items(
+                TransactItems=[
+                    {
+                        "Put": {
+                            "TableName": self.table_name,
+                            "Item": slot_item,
+                            "ConditionExpression": free,
+                            "ExpressionAttributeValues": values,
+                            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                        }
+                    },
+                    {
+                        "Put": {
+                            "TableName": self.table_name,
+                            "Item": rollout_item,
+                            "ConditionExpression": free,
+                            "ExpressionAttributeValues": values,
+                            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                        }
+                    },
+                ]
+            )
+
+        try:
+            await self._call(write)
+            return CreateResult(True, record)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+                raise self._fail("create", exc) from exc
+            reasons = exc.response.get("CancellationReasons") or []
+        except BotoCoreError as exc:
+            raise self._fail("create", exc) from exc
+        return await self._resolve_conflict(record, reasons, now)
+
+    async def _resolve_conflict(
+        self, record: RolloutRecord, reasons: list[Any], now: float
+    ) -> CreateResult:
+        codes = [r.get("Code") for r in reasons] + [None, None]
+        if codes[0] == "ConditionalCheckFailed":
+            old = reasons[0].get("Item") or {}
+            holder_id = old.get("rollout_id", {}).get("S")
+            holder = await self.get(holder_id, now=now) if holder_id else None
+            if holder is not None:
+                return CreateResult(False, holder, "slot")
+        if codes[1] == "ConditionalCheckFailed":
+            holder = self._live(reasons[1].get("Item"), now)
+            if holder is None:
+                holder = await self.get(record.rollout_id, now=now)
+            if holder is not None:
+                return CreateResult(False, holder, "rollout_id")
+        if "TransactionConflict" in codes:
+            # Another create of the same slot is in flight; its outcome decides ours.
+            holder = await self.get(record.rollout_id, now=now)
+            if holder is not None:
+                return CreateResult(False, holder, "slot")
+        raise StoreError(
+            f"DynamoDB create of rollout {record.rollout_id!r} was cancelled "
+            f"({', '.join(str(c) for c in codes if c)}); retry the init"
+        )
+
+    async def get(self, rollout_id: str, *, now: float) -> RolloutRecord | None:
+        def read() -> dict[str, Any]:
+            return dict(
+                self._ddb.get_item(
+                    TableName=self.table_name,
+                    Key={"pk": {"S": ROLLOUT_PREFIX + rollout_id}},
+                    ConsistentRead=True,
+                )
+            )
+
+        try:
+            answer = await self._call(read)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("get", exc) from exc
+        return self._live(answer.get("Item"), now)
+
+    async def transition(
+        self,
+        rollout_id: str,
+        *,
+        from_states: Collection[RecordState],
+        changes: Mapping[str, Any],
+        now: float,
+        attempt: int | None = None,
+    ) -> TransitionResult:
+        names: dict[str, str] = {"#state": "state", "#exp": "expires_at"}
+        values: dict[str, Any] = {":now": _number(now)}
+        state_marks = []
+        for index, state in enumerate(from_states):
+            values[f":s{index}"] = {"S": RecordState(state).value}
+            state_marks.append(f":s{index}")
+        condition = f"#state IN ({', '.join(state_marks)}) AND #exp > :now"
+        if attempt is not None:
+            names["#attempt"] = "attempt"
+            values[":attempt"] = _number(attempt)
+            condition += " AND #attempt = :attempt"
+        sets, removes = [], []
+        for index, (name, value) in enumerate(changes.items()):
+            names[f"#f{index}"] = name
+            encoded = self._encode(rollout_id, name, value)
+            if encoded is None:
+                removes.append(f"#f{index}")
+            else:
+                values[f":v{index}"] = encoded
+                sets.append(f"#f{index} = :v{index}")
+        update = ""
+        if sets:
+            update += "SET " + ", ".join(sets)
+        if removes:
+            update += " REMOVE " + ", ".join(removes)
+
+        def write() -> dict[str, Any]:
+            return dict(
+                self._ddb.update_item(
+                    TableName=self.table_name,
+                    Key={"pk": {"S": ROLLOUT_PREFIX + rollout_id}},
+                    UpdateExpression=update.strip(),
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues=values,
+                    ReturnValues="ALL_NEW",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+            )
+
+        try:
+            answer = await self._call(write)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                old = cast("Mapping[str, Any] | None", exc.response.get("Item"))
+                return TransitionResult(False, self._live(old, now))
+            raise self._fail("transition", exc) from exc
+        except BotoCoreError as exc:
+            raise self._fail("transition", exc) from exc
+        return TransitionResult(True, self._from_item(answer["Attributes"]))
+
+    async def release(self, rollout_id: str, *, slot: str, now: float) -> bool:
+        def delete() -> None:
+            self._ddb.transact_write_items(
+                TransactItems=[
+                    {
+                        "Delete": {
+                            "TableName": self.table_name,
+                            "Key": {"pk": {"S": ROLLOUT_PREFIX + rollout_id}},
+                            "ConditionExpression": "#state = :accepted AND slot = :slot",
+                            "ExpressionAttributeNames": {"#state": "state"},
+                            "ExpressionAttributeValues": {
+                                ":accepted": {"S": RecordState.ACCEPTED.value},
+                                ":slot": {"S": slot},
+                            },
+                        }
+                    },
+                    {
+                        "Delete": {
+                            "TableName": self.table_name,
+                            "Key": {"pk": {"S": SLOT_PREFIX + slot}},
+                            "ConditionExpression": "rollout_id = :rid",
+                            "ExpressionAttributeValues": {":rid": {"S": rollout_id}},
+                        }
+                    },
+                ]
+            )
+
+        try:
+            await self._call(delete)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "TransactionCanceledException":
+                return False
+            raise self._fail("release", exc) from exc
+        except BotoCoreError as exc:
+            raise self._fail("release", exc) from exc
+        return True
+
+    async def scan(
+        self, states: Collection[RecordState], *, now: float, limit: int = 100
+    ) -> list[RolloutRecord]:
+        """Live records in ``states``. A full-table Scan: meant for sweeps and re-drive, which
+        run rarely; it reads every item, so its cost grows with the table."""
+        values: dict[str, Any] = {":now": _number(now), ":prefix": {"S": ROLLOUT_PREFIX}}
+        marks = []
+        for index, state in enumerate(states):
+            values[f":s{index}"] = {"S": RecordState(state).value}
+            marks.append(f":s{index}")
+        expression = (
+            f"begins_with(pk, :prefix) AND #state IN ({', '.join(marks)}) AND expires_at > :now"
+        )
+
+        def read_all() -> list[dict[str, Any]]:
+            items: list[dict[str, Any]] = []
+            kwargs: dict[str, Any] = {
+                "TableName": self.table_name,
+                "FilterExpression": expression,
+                "ExpressionAttributeNames": {"#state": "state"},
+                "ExpressionAttributeValues": values,
+                "ConsistentRead": True,
+            }
+            while True:
+                page = self._ddb.scan(**kwargs)
+                items.extend(page.get("Items", []))
+                last = page.get("LastEvaluatedKey")
+                if not last:
+                    return items
+                kwargs["ExclusiveStartKey"] = last
+
+        try:
+            items = await self._call(read_all)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("scan", exc) from exc
+        records = [self._from_item(item) for item in items]
+        records.sort(key=lambda r: r.updated_at)
+        return records[:limit]
+
+    async def close(self) -> None:
+        """boto3 clients need no closing; the process owns them."""
