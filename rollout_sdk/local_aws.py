@@ -1,0 +1,236 @@
+"""The AWS path on one machine: an embedded moto server on 127.0.0.1, provisioned from
+``template.yaml``, so the real DynamoDB and Lambda code runs with no AWS account and no Docker.
+
+Used by ``rollout-sdk serve --store dynamodb``, ``rollout-sdk invoke`` and the tests. moto is a
+development dependency (``pip install 'rollout-sdk[local]'``); it is imported only here.
+
+Fake credentials and a region are set before any boto3 client exists, so nothing here can reach
+real AWS.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import secrets
+import urllib.request
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from .errors import ConfigurationError
+
+DEFAULT_TEMPLATE = Path("template.yaml")
+LOCAL_REGION = "us-east-1"
+TABLE_RESOURCE = "RolloutTable"
+
+_FAKE_AWS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": LOCAL_REGION,
+    "AWS_REGION": LOCAL_REGION,
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
+def use_fake_aws_credentials() -> None:
+    """Point boto3 at fake credentials and a local region (call before any client exists)."""
+    for key, value in _FAKE_AWS.items():
+        os.environ[key] = value
+    os.environ.pop("AWS_PROFILE", None)
+
+
+def load_template(path: str | Path = DEFAULT_TEMPLATE) -> dict[str, Any]:
+    """Parse a SAM/CloudFormation template, keeping intrinsic tags (``!Ref``) as plain data."""
+    try:
+        import yaml
+    except ImportError as exc:  # pragma: no cover - PyYAML comes with moto
+        raise ConfigurationError("reading template.yaml needs PyYAML: pip install pyyaml") from exc
+
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    def _tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
+        if isinstance(node, yaml.ScalarNode):
+            value: Any = loader.construct_scalar(node)
+        elif isinstance(node, yaml.SequenceNode):
+            value = loader.construct_sequence(node, deep=True)
+        else:
+            value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+        return {f"Fn::{suffix}" if suffix != "Ref" else "Ref": value}
+
+    _Loader.add_multi_constructor("!", _tag)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read the template {path}: {exc}") from exc
+    data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    if not isinstance(data, dict) or "Resources" not in data:
+        raise ConfigurationError(f"{path} is not a SAM template (no Resources)")
+    return data
+
+
+def table_definition(template: dict[str, Any], table_name: str) -> dict[str, Any]:
+    """``CreateTable`` arguments for the template's rollout table, so tests and the deployed
+    table cannot disagree."""
+    try:
+        props = template["Resources"][TABLE_RESOURCE]["Properties"]
+    except KeyError as exc:
+        raise ConfigurationError(f"template has no {TABLE_RESOURCE} resource") from exc
+    return {
+        "TableName": table_name,
+        "AttributeDefinitions": props["AttributeDefinitions"],
+        "KeySchema": props["KeySchema"],
+        "BillingMode": props.get("BillingMode", "PAY_PER_REQUEST"),
+    }
+
+
+def ttl_attribute(template: dict[str, Any]) -> str:
+    """The TTL attribute the template enables."""
+    spec = template["Resources"][TABLE_RESOURCE]["Properties"]["TimeToLiveSpecification"]
+    return str(spec["AttributeName"])
+
+
+class EmbeddedMoto:
+    """moto's server on 127.0.0.1 (a free port), Lambda set to echo invokes without Docker."""
+
+    def __init__(self, *, port: int = 0) -> None:
+        try:
+            from moto.server import ThreadedMotoServer
+        except ImportError as exc:
+            raise ConfigurationError(
+                "the embedded AWS emulator needs moto: pip install 'rollout-sdk[local]' "
+                "(or use --dynamodb-endpoint URL)"
+            ) from exc
+        use_fake_aws_credentials()
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        self.endpoint_url = ""
+
+    def start(self) -> EmbeddedMoto:
+        """Start the server and configure it."""
+        import logging
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        self._server.start()
+        host, port = self._server.get_host_and_port()
+        self.endpoint_url = f"http://{host}:{port}"
+        body = json.dumps({"lambda": {"use_docker": False}}).encode()
+        request = urllib.request.Request(  # noqa: S310 - loopback URL we just started
+            f"{self.endpoint_url}/moto-api/config", data=body, method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=10):  # noqa: S310
+            pass
+        return self
+
+    def stop(self) -> None:
+        """Stop the server (its data is gone)."""
+        self._server.stop()
+
+    def __enter__(self) -> EmbeddedMoto:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+@dataclass
+class LocalResources:
+    """What :func:`provision` created, and the environment ``handler.py`` needs to use it."""
+
+    endpoint_url: str
+    table_name: str
+    bucket: str
+    secret_arn: str
+    server_key: str
+    worker_function: str
+    environment: dict[str, str] = field(default_factory=dict)
+
+
+def _dummy_zip() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("handler.py", "def worker(event, context):\n    return event\n")
+    return buffer.getvalue()
+
+
+def provision(
+    endpoint_url: str,
+    *,
+    template_path: str | Path = DEFAULT_TEMPLATE,
+    agent_loop: str | None = None,
+    server_key: str | None = None,
+    prefix: str = "rollout-sdk-local",
+) -> LocalResources:
+    """Create the template's table (with TTL), the payload bucket, the server-key secret and a
+    worker function that moto echoes, on the emulator at ``endpoint_url``. Idempotent."""
+    import boto3
+
+    use_fake_aws_credentials()
+    template = load_template(template_path)
+    session = boto3.session.Session(region_name=LOCAL_REGION)
+    ddb = session.client("dynamodb", endpoint_url=endpoint_url)
+    s3 = session.client("s3", endpoint_url=endpoint_url)
+    sm = session.client("secretsmanager", endpoint_url=endpoint_url)
+    lam = session.client("lambda", endpoint_url=endpoint_url)
+    iam = session.client("iam", endpoint_url=endpoint_url)
+
+    table = f"{prefix}-rollouts"
+    if table not in ddb.list_tables()["TableNames"]:
+        ddb.create_table(**table_definition(template, table))
+        ddb.update_time_to_live(
+            TableName=table,
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl_attribute(template)},
+        )
+    bucket = f"{prefix}-payloads"
+    s3.create_bucket(Bucket=bucket)
+    key = server_key or secrets.token_urlsafe(24)
+    secret_name = f"{prefix}-server-key"
+    try:
+        secret_arn = sm.create_secret(Name=secret_name, SecretString=key)["ARN"]
+    except sm.exceptions.ResourceExistsException:
+        secret_arn = sm.describe_secret(SecretId=secret_name)["ARN"]
+        sm.put_secret_value(SecretId=secret_name, SecretString=key)
+    function = f"{prefix}-worker"
+    try:
+        lam.get_function(FunctionName=function)
+    except lam.exceptions.ResourceNotFoundException:
+        role = iam.create_role(
+            RoleName=f"{prefix}-worker-role",
+            AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []}),
+        )["Role"]["Arn"]
+        lam.create_function(
+            FunctionName=function,
+            Runtime="python3.13",
+            Role=role,
+            Handler="handler.worker",
+            Code={"ZipFile": _dummy_zip()},
+        )
+    environment = {
+        "TABLE_NAME": table,
+        "PAYLOAD_BUCKET": bucket,
+        "SERVER_KEY_SECRET_ARN": secret_arn,
+        "WORKER_FUNCTION_NAME": function,
+        "ROLLOUT_SDK_AWS_ENDPOINT_URL": endpoint_url,
+        "POWERTOOLS_SERVICE_NAME": "rollout-sdk",
+        "POWERTOOLS_METRICS_NAMESPACE": "RolloutSdkLocal",
+    }
+    if agent_loop:
+        environment["AGENT_LOOP"] = agent_loop
+    return LocalResources(
+        endpoint_url=endpoint_url,
+        table_name=table,
+        bucket=bucket,
+        secret_arn=secret_arn,
+        server_key=key,
+        worker_function=function,
+        environment=environment,
+    )
