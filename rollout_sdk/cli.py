@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .server import DEFAULT_STATE_DIR, SQLITE_FILE
 
@@ -52,26 +54,143 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(format_report(result), file=sys.stderr)
         return 1
     keys = [k for k in (args.api_key, os.environ.get("ROLLOUT_SDK_SERVER_KEY")) if k]
+    emulator = None
+    store: Any = args.store
+    where = (
+        f"SQLite at {Path(args.state_dir) / SQLITE_FILE}" if args.store == "sqlite" else "memory"
+    )
     try:
+        if args.store == "dynamodb":
+            from .local_aws import EmbeddedMoto
+            from .server import open_dynamodb_store
+
+            endpoint = args.dynamodb_endpoint
+            if endpoint is None:
+                emulator = EmbeddedMoto().start()
+                endpoint = emulator.endpoint_url
+            store = open_dynamodb_store(endpoint, template=args.template)
+            where = f"DynamoDB at {endpoint}" + (
+                " (embedded moto, stopped on exit)" if emulator else ""
+            )
         app = build_local_app(
             agent_loop,
-            store=args.store,
+            store=store,
             state_dir=args.state_dir,
             api_keys=keys,
             settings=settings,
             debug_dir=args.debug_dir,
         )
+        print(
+            f"rollout-sdk: serving agent loop {agent_loop.name!r} on http://{args.host}:{args.port} "
+            f"(store: {where}; server key: {'required' if keys else 'none'})",
+            file=sys.stderr,
+        )
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     except (ConfigurationError, StoreError) as exc:
         return _fail(str(exc), 1)
-    where = (
-        f"SQLite at {Path(args.state_dir) / SQLITE_FILE}" if args.store == "sqlite" else "memory"
-    )
-    print(
-        f"rollout-sdk: serving agent loop {agent_loop.name!r} on http://{args.host}:{args.port} "
-        f"(store: {where}; server key: {'required' if keys else 'none'})",
-        file=sys.stderr,
-    )
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    finally:
+        if emulator is not None:
+            emulator.stop()
+    return 0
+
+
+def _cmd_invoke(args: argparse.Namespace) -> int:
+    from . import invoke as inv
+    from .errors import ConfigurationError
+    from .local_aws import EmbeddedMoto, provision
+    from .register import mask
+
+    try:
+        template = inv.load(args.template)
+        logical_id = inv.resolve_function(template, args.function)
+        event = inv.load_event(args.event)
+    except ConfigurationError as exc:
+        return _fail(str(exc), 1)
+    agent = args.agent or str(template.get("Parameters", {}).get("AgentLoop", {}).get("Default"))
+    emulator = None if args.endpoint else EmbeddedMoto()
+    standin_server = None
+    try:
+        endpoint = args.endpoint or emulator.start().endpoint_url  # type: ignore[union-attr]
+        resources = provision(
+            endpoint, template_path=args.template, agent_loop=agent, server_key=args.server_key
+        )
+        if args.standin:
+            event, standin_server = _with_standin(event)
+        env = inv.function_environment(template, logical_id, resources)
+        handler = inv.import_handler(env)
+        timeout = inv.function_timeout(template, logical_id)
+        call = inv.invoke(handler, logical_id, event, timeout_seconds=timeout)
+        print(json.dumps(call.result, indent=2, default=str))
+        for worker_event in call.dispatched:
+            shown = {**worker_event, "api_key": mask(worker_event.get("api_key"))}
+            print(
+                f"rollout-sdk: dispatched to WorkerFunction: {json.dumps(shown)}", file=sys.stderr
+            )
+            if args.follow:
+                worker_timeout = inv.function_timeout(template, "WorkerFunction")
+                followed = inv.invoke(
+                    handler, "WorkerFunction", worker_event, timeout_seconds=worker_timeout
+                )
+                print(json.dumps(followed.result, indent=2, default=str))
+        if standin_server is not None:
+            standin = standin_server[0]
+            for rollout_id, bodies in standin.completions.items():
+                for body in bodies:
+                    print(
+                        f"rollout-sdk: TrainGate stand-in received {rollout_id}: "
+                        f"{body.get('status')} reward={body.get('reward')}",
+                        file=sys.stderr,
+                    )
+    except ConfigurationError as exc:
+        return _fail(str(exc), 1)
+    finally:
+        if standin_server is not None:
+            standin_server[1].stop()
+        if emulator is not None:
+            emulator.stop()
+    return 0
+
+
+def _with_standin(event: Any) -> tuple[Any, Any]:
+    """Start a TrainGate stand-in and point the init event's server_url at it."""
+    from .standin import TrainGateStandIn
+    from .uvicorn_thread import ServerThread
+
+    standin = TrainGateStandIn()
+    server = ServerThread(standin.app).start()
+    if isinstance(event, dict) and isinstance(event.get("body"), str):
+        try:
+            body = json.loads(event["body"])
+        except json.JSONDecodeError:
+            return event, (standin, server)
+        if isinstance(body, dict) and "server_url" in body:
+            body["server_url"] = server.url
+            event = {**event, "body": json.dumps(body)}
+    return event, (standin, server)
+
+
+def _cmd_register(args: argparse.Namespace) -> int:
+    from .register import RegisterError, register
+
+    try:
+        result = register(
+            url=args.url,
+            server_key=args.api_key or os.environ.get("ROLLOUT_SDK_SERVER_KEY", ""),
+            platform_token=args.token or os.environ.get("OSMOSIS_PLATFORM_TOKEN", ""),
+            platform_url=args.platform_url,
+            workspace=args.workspace or os.environ.get("OSMOSIS_WORKSPACE_ID"),
+        )
+    except RegisterError as exc:
+        return _fail(str(exc), 1)
+    status = result.get("status")
+    print(f"registered: id={result.get('id')} status={status}")
+    if status != "healthy":
+        error = (result.get("health_check_result") or {}).get("error")
+        print(
+            f"rollout-sdk: registered but the platform reports it unhealthy: {error}",
+            file=sys.stderr,
+        )
+        return 2
     return 0
 
 
@@ -118,10 +237,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--store",
-        choices=("sqlite", "memory"),
+        choices=("sqlite", "memory", "dynamodb"),
         default="sqlite",
         help="record store (default sqlite: durable, a restart forgets nothing; "
-        "memory: forgets everything on exit)",
+        "memory: forgets everything on exit; dynamodb: the AWS store, on an embedded moto "
+        "server on 127.0.0.1 that this command starts and stops, or on --dynamodb-endpoint)",
+    )
+    serve.add_argument(
+        "--dynamodb-endpoint",
+        metavar="URL",
+        help="with --store dynamodb: use this DynamoDB-compatible endpoint instead of an "
+        "embedded moto server (the table is created from the template if missing)",
+    )
+    serve.add_argument(
+        "--template",
+        default="template.yaml",
+        help="with --store dynamodb: the SAM template the table is created from",
     )
     serve.add_argument(
         "--state-dir",
@@ -149,6 +280,79 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("agent", metavar="MODULE:ATTR", help="the agent loop to check")
     validate.add_argument("-v", "--verbose", action="store_true", help="say so when all is well")
     validate.set_defaults(func=_cmd_validate)
+
+    invoke = sub.add_parser(
+        "invoke",
+        help="run a Lambda handler on an event file, without a container engine",
+        description=(
+            "Run a function of template.yaml on an event file the way `sam local invoke` does: "
+            "the function's environment is resolved from the template, handler.py is imported "
+            "in this process, and AWS is an embedded moto server on 127.0.0.1 (started and "
+            "stopped by this command) unless --endpoint is given. Prints the handler's result."
+        ),
+    )
+    invoke.add_argument(
+        "function",
+        metavar="FUNCTION",
+        help="logical id in template.yaml (ApiFunction, WorkerFunction) or alias (api, worker)",
+    )
+    invoke.add_argument("event", metavar="EVENT_FILE", help="JSON event, e.g. events/init.json")
+    invoke.add_argument(
+        "--template", default="template.yaml", help="SAM template (default template.yaml)"
+    )
+    invoke.add_argument(
+        "--agent",
+        metavar="MODULE:ATTR",
+        help="agent loop (default: the template's AgentLoop parameter default)",
+    )
+    invoke.add_argument(
+        "--endpoint",
+        metavar="URL",
+        help="use this AWS emulator (e.g. one started by serve --store dynamodb) instead of an embedded one",
+    )
+    invoke.add_argument(
+        "--server-key",
+        default="local-server-key",
+        help="server key stored in the emulator's secret (default local-server-key, as in events/)",
+    )
+    invoke.add_argument(
+        "--follow",
+        action="store_true",
+        help="also run the worker on every event the API function dispatched",
+    )
+    invoke.add_argument(
+        "--standin",
+        action="store_true",
+        help="start a TrainGate stand-in and point the init event's server_url at it",
+    )
+    invoke.set_defaults(func=_cmd_invoke)
+
+    register = sub.add_parser(
+        "register",
+        help="register a deployed server's URL with the platform",
+        description=(
+            "Check GET {url}/platform/health with the server key, then register the URL with the "
+            "platform (POST {platform}/api/cli/rollout-server/register), printing exactly what is "
+            "sent with the keys masked. Exit 0 when registered healthy, 2 when registered but "
+            "reported unhealthy, 1 on any error."
+        ),
+    )
+    register.add_argument("--url", required=True, help="the stack's ApiUrl output")
+    register.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="the server key (or ROLLOUT_SDK_SERVER_KEY); TrainGate will send it back",
+    )
+    register.add_argument("--token", help="your platform access token (or OSMOSIS_PLATFORM_TOKEN)")
+    register.add_argument(
+        "--workspace", help="workspace id sent as X-Osmosis-Org (or OSMOSIS_WORKSPACE_ID)"
+    )
+    register.add_argument(
+        "--platform-url",
+        default=os.environ.get("OSMOSIS_PLATFORM_URL", "https://platform.osmosis.ai"),
+        help="platform base URL (default OSMOSIS_PLATFORM_URL or https://platform.osmosis.ai)",
+    )
+    register.set_defaults(func=_cmd_register)
 
     demo = sub.add_parser(
         "demo",

@@ -176,7 +176,7 @@ class LambdaRuntime:
         self.agent_loop = agent_loop
         self.settings = settings
         self.lambda_settings = lambda_settings
-        self._clients = clients
+        self.clients = clients
         self._secret_reader = secret_reader
         # One event loop for the environment's life: the shared TrainGate client's connections
         # belong to it, and Mangum runs on the current loop.
@@ -214,8 +214,8 @@ class LambdaRuntime:
         bucket = self.lambda_settings.payload_bucket
         return DynamoDBStore(
             self.lambda_settings.table_name,
-            client=self._clients.dynamodb,
-            s3=self._clients.s3 if bucket else None,
+            client=self.clients.dynamodb,
+            s3=self.clients.s3 if bucket else None,
             bucket=bucket,
         )
 
@@ -239,7 +239,7 @@ class LambdaRuntime:
 
         provider = self.__dict__.get("_secrets_provider")
         if provider is None:
-            provider = SecretsProvider(boto3_client=self._clients.secretsmanager)
+            provider = SecretsProvider(boto3_client=self.clients.secretsmanager)
             self.__dict__["_secrets_provider"] = provider
         value = provider.get(name, max_age=max_age)
         if isinstance(value, bytes):
@@ -263,7 +263,7 @@ class LambdaRuntime:
             self.agent_loop,
             settings=self.settings,
             store=self.store,
-            dispatcher=LambdaDispatcher(function, client=self._clients.lambda_),
+            dispatcher=LambdaDispatcher(function, client=self.clients.lambda_),
             client=self.client,
             key_provider=self.server_keys,
             docs=self.lambda_settings.enable_docs,

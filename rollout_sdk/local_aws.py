@@ -59,8 +59,10 @@ def load_template(path: str | Path = DEFAULT_TEMPLATE) -> dict[str, Any]:
             value: Any = loader.construct_scalar(node)
         elif isinstance(node, yaml.SequenceNode):
             value = loader.construct_sequence(node, deep=True)
-        else:
-            value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+        elif isinstance(node, yaml.MappingNode):
+            value = loader.construct_mapping(node, deep=True)
+        else:  # pragma: no cover - YAML has no other node kinds
+            raise ConfigurationError(f"unexpected YAML node {node!r}")
         return {f"Fn::{suffix}" if suffix != "Ref" else "Ref": value}
 
     _Loader.add_multi_constructor("!", _tag)

@@ -20,7 +20,7 @@ DEFAULT_PORT = 9000
 DEFAULT_STATE_DIR = Path(".rollout-state")
 SQLITE_FILE = "rollouts.sqlite3"
 
-StoreKind = Literal["sqlite", "memory"]
+StoreKind = Literal["sqlite", "memory", "dynamodb"]
 
 
 class ServeError(RolloutError):
@@ -36,13 +36,30 @@ def open_store(kind: StoreKind, state_dir: str | Path = DEFAULT_STATE_DIR) -> St
         return MemoryStore()
     if kind == "sqlite":
         return SQLiteStore(Path(state_dir) / SQLITE_FILE)
-    raise ServeError(f"unknown store {kind!r}; choose sqlite or memory")
+    if kind == "dynamodb":
+        raise ServeError("the dynamodb store needs an endpoint: use open_dynamodb_store()")
+    raise ServeError(f"unknown store {kind!r}; choose sqlite, memory or dynamodb")
+
+
+def open_dynamodb_store(
+    endpoint_url: str, *, template: str | Path = "template.yaml", max_connections: int = 64
+) -> Store:
+    """The DynamoDB store on a local emulator, its table created from ``template``."""
+    from .lambda_runtime import AwsClients
+    from .local_aws import provision
+    from .store.dynamodb import DynamoDBStore
+
+    resources = provision(endpoint_url, template_path=template)
+    clients = AwsClients(endpoint_url=endpoint_url, max_pool_connections=max_connections)
+    return DynamoDBStore(
+        resources.table_name, client=clients.dynamodb, s3=clients.s3, bucket=resources.bucket
+    )
 
 
 def build_local_app(
     agent_loop: RolloutAgentLoop,
     *,
-    store: StoreKind = "sqlite",
+    store: StoreKind | Store = "sqlite",
     state_dir: str | Path = DEFAULT_STATE_DIR,
     api_keys: Iterable[str] = (),
     settings: RolloutSettings | None = None,
@@ -57,7 +74,7 @@ def build_local_app(
         settings=settings,
         debug_dir=debug_dir,
         api_keys=api_keys,
-        store=open_store(store, state_dir),
+        store=open_store(store, state_dir) if isinstance(store, str) else store,
         docs=docs,
     )
 

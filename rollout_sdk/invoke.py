@@ -1,0 +1,185 @@
+"""``rollout-sdk invoke``: run a function of ``template.yaml`` on an event file, the way
+``sam local invoke`` does, without a container engine.
+
+The environment is resolved from the template as SAM would (parameter defaults, plus the
+resources of the embedded emulator for ``!Ref``), ``handler.py`` is imported in this process, and
+the handler is called with a Lambda context whose remaining time is the function's timeout.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigurationError
+from .local_aws import LocalResources, load_template
+
+ALIASES = {
+    "api": "ApiFunction",
+    "apifunction": "ApiFunction",
+    "worker": "WorkerFunction",
+    "workerfunction": "WorkerFunction",
+}
+
+
+def resolve_function(template: dict[str, Any], name: str) -> str:
+    """The template's logical id for ``name`` (itself, or a short alias such as ``api``)."""
+    functions = [
+        key
+        for key, res in template["Resources"].items()
+        if res.get("Type") == "AWS::Serverless::Function"
+    ]
+    if name in functions:
+        return name
+    logical = ALIASES.get(name.lower())
+    if logical is not None and logical in functions:
+        return logical
+    choices = ", ".join(functions + sorted(a for a in ALIASES if a in ("api", "worker")))
+    raise ConfigurationError(f"unknown function {name!r}; choose one of: {choices}")
+
+
+def _resolve(value: Any, parameters: dict[str, Any], refs: dict[str, str]) -> str | None:
+    if isinstance(value, str | int | float):
+        return str(value)
+    if isinstance(value, dict) and "Ref" in value:
+        name = value["Ref"]
+        if name in refs:
+            return refs[name]
+        if name in parameters:
+            default = parameters[name].get("Default")
+            return None if default in (None, "") else str(default)
+        return None
+    if isinstance(value, dict) and "Fn::If" in value:
+        # The conditions the template uses pick the created resource when a parameter is
+        # empty, which is how a local run leaves them.
+        _, when_true, _ = value["Fn::If"]
+        return _resolve(when_true, parameters, refs)
+    return None
+
+
+def function_environment(
+    template: dict[str, Any], logical_id: str, resources: LocalResources
+) -> dict[str, str]:
+    """The function's environment variables as deployed, pointed at the local resources."""
+    parameters = template.get("Parameters", {})
+    refs = {
+        "RolloutTable": resources.table_name,
+        "PayloadBucket": resources.bucket,
+        "ServerKeySecret": resources.secret_arn,
+        "WorkerFunction": resources.worker_function,
+    }
+    merged: dict[str, Any] = {}
+    merged.update(
+        template.get("Globals", {}).get("Function", {}).get("Environment", {}).get("Variables", {})
+    )
+    props = template["Resources"][logical_id].get("Properties", {})
+    merged.update(props.get("Environment", {}).get("Variables", {}))
+    env = {}
+    for key, value in merged.items():
+        resolved = _resolve(value, parameters, refs)
+        if resolved is not None:
+            env[key] = resolved
+    env.update(resources.environment)
+    return env
+
+
+def function_timeout(template: dict[str, Any], logical_id: str) -> float:
+    """The function's timeout in seconds (parameter defaults resolved)."""
+    props = template["Resources"][logical_id].get("Properties", {})
+    value = props.get("Timeout", template.get("Globals", {}).get("Function", {}).get("Timeout", 3))
+    resolved = _resolve(value, template.get("Parameters", {}), {})
+    return float(resolved or 3)
+
+
+@dataclass
+class LocalLambdaContext:
+    """The parts of a Lambda context handlers use."""
+
+    function_name: str
+    timeout_seconds: float
+    memory_limit_in_mb: int = 512
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    function_version: str = "$LATEST"
+    log_group_name: str = "/aws/lambda/local"
+    log_stream_name: str = "local"
+    _started: float = field(default_factory=time.monotonic)
+
+    @property
+    def invoked_function_arn(self) -> str:
+        return f"arn:aws:lambda:us-east-1:123456789012:function:{self.function_name}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        """Milliseconds left before the function's timeout."""
+        return max(0, int((self.timeout_seconds - (time.monotonic() - self._started)) * 1000))
+
+
+def load_event(path: str | Path) -> Any:
+    """Read an event file; ConfigurationError naming the file on bad JSON."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read event file {path}: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(
+            f"event file {path} is not JSON: line {exc.lineno}: {exc.msg}"
+        ) from exc
+
+
+def import_handler(environment: dict[str, str], module: str = "handler") -> Any:
+    """Import ``handler.py`` afresh (a cold start) with ``environment`` applied."""
+    os.environ.update(environment)
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    sys.modules.pop(module, None)
+    return importlib.import_module(module)
+
+
+@dataclass
+class Invocation:
+    """One handler call and what it caused."""
+
+    function: str
+    result: Any
+    dispatched: list[dict[str, Any]] = field(default_factory=list)
+
+
+def invoke(
+    handler_module: Any,
+    logical_id: str,
+    event: Any,
+    *,
+    timeout_seconds: float,
+) -> Invocation:
+    """Call the handler for ``logical_id``; record the worker events the call dispatched."""
+    entry: Callable[[Any, Any], Any] = {
+        "ApiFunction": handler_module.api,
+        "WorkerFunction": handler_module.worker,
+    }[logical_id]
+    dispatched: list[dict[str, Any]] = []
+
+    def capture(params: dict[str, Any], **_: Any) -> None:
+        body = params.get("body") or b"{}"
+        dispatched.append(json.loads(body if isinstance(body, bytes | str) else body.read()))
+
+    lambda_client = handler_module.runtime.clients.lambda_
+    lambda_client.meta.events.register("before-call.lambda.Invoke", capture)
+    try:
+        context = LocalLambdaContext(function_name=logical_id, timeout_seconds=timeout_seconds)
+        result = entry(event, context)
+    finally:
+        lambda_client.meta.events.unregister("before-call.lambda.Invoke", capture)
+    return Invocation(logical_id, result, dispatched)
+
+
+def load(template_path: str | Path) -> dict[str, Any]:
+    """The template (re-exported for the CLI)."""
+    return load_template(template_path)
