@@ -277,6 +277,12 @@ class LambdaRuntime:
         handler: Callable[[dict[str, Any], Any], dict[str, Any]] = Mangum(self.app, lifespan="off")
         return handler
 
+    def close(self) -> None:
+        """Close the TrainGate client and the event loop (tests; Lambda just freezes)."""
+        if "client" in self.__dict__:
+            self.loop.run_until_complete(self.client.aclose())
+        self.loop.close()
+
     # ------------------------------------------------------------------ worker function
 
     @cached_property

@@ -1,0 +1,71 @@
+"""Fixtures for the AWS path: moto's server on 127.0.0.1, provisioned from template.yaml, and a
+TrainGate stand-in; handler.py imported against them."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollout_sdk.invoke import function_environment, import_handler
+from rollout_sdk.local_aws import EmbeddedMoto, LocalResources, load_template, provision
+from rollout_sdk.standin import TrainGateStandIn
+from rollout_sdk.uvicorn_thread import ServerThread
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVER_KEY = "local-server-key"  # what events/*.json send
+CALLBACK_KEY = "sample-callback-key"
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    with EmbeddedMoto() as moto:
+        yield moto.endpoint_url
+
+
+@pytest.fixture(scope="session")
+def template() -> dict[str, Any]:
+    return load_template(ROOT / "template.yaml")
+
+
+@pytest.fixture
+def resources(moto_endpoint: str, request: pytest.FixtureRequest) -> LocalResources:
+    # A fresh table per test: the prefix carries the test's name.
+    prefix = "t-" + re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:40].strip("-")
+    return provision(
+        moto_endpoint,
+        template_path=ROOT / "template.yaml",
+        agent_loop="examples.calculator.agent:agent_loop",
+        server_key=SERVER_KEY,
+        prefix=prefix,
+    )
+
+
+@pytest.fixture
+def standin() -> Iterator[tuple[TrainGateStandIn, str]]:
+    traingate = TrainGateStandIn(callback_key=CALLBACK_KEY)
+    with ServerThread(traingate.app) as server:
+        yield traingate, server.url
+
+
+@pytest.fixture
+def handler(
+    resources: LocalResources,
+    template: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Any]:
+    """``handler.py`` after a cold start against the emulator."""
+    env = function_environment(template, "ApiFunction", resources)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(ROOT)
+    module = import_handler(env)
+    try:
+        yield module
+    finally:
+        module.runtime.close()
+        sys.modules.pop("handler", None)

@@ -1,0 +1,124 @@
+"""`rollout-sdk register` against a rollout server and a platform stand-in on 127.0.0.1."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi import FastAPI, Request
+
+from examples.calculator.agent import agent_loop
+from rollout_sdk.register import RegisterError, mask, parse_target, register
+from rollout_sdk.server import build_local_app
+from rollout_sdk.uvicorn_thread import ServerThread
+
+SERVER_KEY = "server-key-0123456789"
+TOKEN = "platform-token-abcdef"
+
+
+class Platform:
+    def __init__(self, status: str = "healthy") -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.app = FastAPI()
+        self.status = status
+
+        @self.app.post("/api/cli/rollout-server/register")
+        async def _register(request: Request) -> dict[str, Any]:
+            self.requests.append({"headers": dict(request.headers), "body": await request.json()})
+            error = None if self.status == "healthy" else "health check timed out"
+            return {"id": "srv-1", "status": self.status, "health_check_result": {"error": error}}
+
+
+@pytest.fixture
+def rollout_server(tmp_path: Any) -> Iterator[str]:
+    app = build_local_app(agent_loop, store="memory", api_keys=[SERVER_KEY])
+    with ServerThread(app) as server:
+        yield server.url
+
+
+@pytest.fixture
+def platform() -> Iterator[tuple[Platform, str]]:
+    stand_in = Platform()
+    with ServerThread(stand_in.app) as server:
+        yield stand_in, server.url
+
+
+def test_register_checks_health_then_sends_host_port_name_and_key(
+    rollout_server: str, platform: tuple[Platform, str]
+) -> None:
+    stand_in, platform_url = platform
+    echoed: list[str] = []
+    result = register(
+        url=rollout_server,
+        server_key=SERVER_KEY,
+        platform_token=TOKEN,
+        platform_url=platform_url,
+        workspace="ws-42",
+        echo=echoed.append,
+    )
+    assert result["status"] == "healthy"
+    [sent] = stand_in.requests
+    host, port = rollout_server.removeprefix("http://").split(":")
+    assert sent["body"] == {
+        "host": host,
+        "port": int(port),
+        "agent_loop_name": "calculator",
+        "api_key": SERVER_KEY,
+    }
+    assert sent["headers"]["authorization"] == f"Bearer {TOKEN}"
+    assert sent["headers"]["x-osmosis-org"] == "ws-42"
+    text = "\n".join(echoed)
+    assert SERVER_KEY not in text and TOKEN not in text  # masked
+    assert mask(SERVER_KEY) in text and '"agent_loop_name": "calculator"' in text
+
+
+def test_a_wrong_server_key_stops_before_the_platform(
+    rollout_server: str, platform: tuple[Platform, str]
+) -> None:
+    stand_in, platform_url = platform
+    with pytest.raises(RegisterError, match="401"):
+        register(
+            url=rollout_server,
+            server_key="wrong",
+            platform_token=TOKEN,
+            platform_url=platform_url,
+            echo=lambda _: None,
+        )
+    assert stand_in.requests == []
+
+
+def test_https_urls_register_as_host_and_443() -> None:
+    target = parse_target("https://abc123.execute-api.us-east-1.amazonaws.com/")
+    assert (target.host, target.port) == ("abc123.execute-api.us-east-1.amazonaws.com", 443)
+
+
+def test_a_url_with_a_path_is_refused_with_the_reason() -> None:
+    with pytest.raises(RegisterError, match="path"):
+        parse_target("https://abc.execute-api.us-east-1.amazonaws.com/prod")
+
+
+def test_cli_exit_codes(
+    rollout_server: str, platform: tuple[Platform, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rollout_sdk.cli import main
+
+    stand_in, platform_url = platform
+    args = [
+        "register",
+        "--url",
+        rollout_server,
+        "--api-key",
+        SERVER_KEY,
+        "--token",
+        TOKEN,
+        "--platform-url",
+        platform_url,
+    ]
+    assert main(args) == 0
+    stand_in.status = "unhealthy"
+    assert main(args) == 2
+    assert main([*args[:3], "--api-key", "nope", *args[5:]]) == 1
+    err = capsys.readouterr().err
+    assert "health check timed out" in err
+    assert "401" in err
