@@ -88,7 +88,7 @@ class RolloutLLMClient:
         self._api_key = api_key
         self.metrics = metrics or RolloutMetrics()
 
-    def build_request(self, messages: list[Message], **params: Any) -> dict[str, Any]:
+    def build_request(self, messages: list[Message], /, **params: Any) -> dict[str, Any]:
         """The chat-completion body: protocol defaults, then the caller's params, nulls omitted.
 
         ``rollout_id`` and ``messages`` always come from the rollout, even when the params carry
@@ -112,7 +112,9 @@ class RolloutLLMClient:
         body["rollout_id"] = self.rollout_id
         return {key: value for key, value in body.items() if value is not None}
 
-    async def chat_completions(self, messages: list[Message], **params: Any) -> CompletionsResult:
+    async def chat_completions(
+        self, messages: list[Message], /, **params: Any
+    ) -> CompletionsResult:
         """Send the full conversation; return the next assistant turn."""
         started = time.perf_counter()
         try:
@@ -196,12 +198,20 @@ class RolloutContext:
         """Whether ``log_event`` writes anything."""
         return self._debug_dir is not None
 
-    async def chat(self, messages: list[Message], **kwargs: Any) -> CompletionsResult:
+    async def chat(
+        self, messages: list[Message] | None = None, /, **kwargs: Any
+    ) -> CompletionsResult:
         """One LLM turn. Completion params are not applied for you: pass
         ``**ctx.request.completion_params``.
 
         Raises RolloutCancelled when the rollout was cancelled, and the client's errors.
         """
+        # Positional-only, so completion params carrying a "messages" key cannot collide with
+        # the conversation; ``chat(messages=...)`` (no params of that name) still works.
+        if messages is None:
+            if "messages" not in kwargs:
+                raise TypeError("chat() needs the conversation: ctx.chat(messages, **params)")
+            messages = kwargs.pop("messages")
         if self._cancelled is not None and self._cancelled.is_set():
             raise RolloutCancelled("rollout cancelled")
         result = await self.llm.chat_completions(messages, **kwargs)

@@ -149,11 +149,14 @@ def create_app(
             raise ConfigurationError(f"create_app: {exc}") from exc
         settings = settings.model_copy(update={"server": server})
 
-    store = store or MemoryStore()
-    client = client or TrainGateClient(settings.client)
+    # ``is None``, not ``or``: an empty MemoryStore has len 0 and would be silently replaced.
+    store = store if store is not None else MemoryStore()
+    client = client if client is not None else TrainGateClient(settings.client)
     worker = RolloutWorker(agent_loop, store, client, settings, debug_dir=debug_dir)
-    dispatcher = dispatcher or InProcessDispatcher(
-        worker.run, max_concurrent=settings.server.max_concurrent_rollouts
+    dispatcher = (
+        dispatcher
+        if dispatcher is not None
+        else InProcessDispatcher(worker.run, max_concurrent=settings.server.max_concurrent_rollouts)
     )
     runtime = Runtime(
         service=RolloutService(agent_loop, store, dispatcher, settings),

@@ -17,6 +17,21 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 PROTECTED_PREFIXES = ("/v1/rollout", "/platform/")
 
 
+def _protected_path(scope: Scope) -> str | None:
+    """The protected path a request addresses, or None.
+
+    ASGI puts ``root_path`` (``uvicorn --root-path``, a stage prefix) in front of ``path`` and the
+    router strips it before matching, so check the path as routed as well as the raw one.
+    """
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    routed = path[len(root) :] if root and path.startswith(root + "/") else path
+    for candidate in (routed, path):
+        if candidate.startswith(PROTECTED_PREFIXES):
+            return candidate
+    return None
+
+
 def parse_authorization(raw: bytes | None) -> bytes | None:
     """The presented key: ``Bearer <key>`` or, for compatibility with the reference, the raw key.
 
@@ -71,12 +86,13 @@ class ServerKeyMiddleware:
         return matched
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith(PROTECTED_PREFIXES):
+        path = _protected_path(scope) if scope["type"] == "http" else None
+        if path is None:
             await self.app(scope, receive, send)
             return
         keys = self.current_keys()
         if not keys:
-            if scope["path"].startswith("/platform/"):
+            if path.startswith("/platform/"):
                 await _answer(send, 404, "no server key is configured, so /platform/health is off")
                 return
             await self.app(scope, receive, send)

@@ -28,7 +28,9 @@ def load_object(spec: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name and module_name.startswith(exc.name):
+        # The module itself or one of its parent packages is missing (a plain prefix test would
+        # also swallow a missing dependency "foo" of a module "foo_agent").
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
             raise ConfigurationError(
                 f"cannot import module {module_name!r} for agent {spec!r}: {exc} "
                 f"(run from the folder that contains it; current folder: {cwd})"

@@ -61,6 +61,13 @@ def error_response(
     )
 
 
+def _agent_failure(
+    rollout_id: str, exc: BaseException, final_messages: list[dict[str, object]]
+) -> RolloutResponse:
+    logger.warning("agent loop raised", exc_info=exc, extra={"rollout_id": rollout_id})
+    return error_response(rollout_id, f"{type(exc).__name__}: {exc}", final_messages=final_messages)
+
+
 class RolloutWorker:
     """Runs rollouts for one agent loop against one store and one shared TrainGate client."""
 
@@ -157,8 +164,9 @@ class RolloutWorker:
         )
         ctx = RolloutContext(request, tools, llm, debug_dir=self.debug_dir)
         outcome: RolloutResult | RolloutResponse
+        deadline = asyncio.timeout(budget)
         try:
-            async with asyncio.timeout(budget):
+            async with deadline:
                 result = await self.agent_loop.run(ctx)
             if not isinstance(result, RolloutResult):
                 raise TypeError(
@@ -166,14 +174,18 @@ class RolloutWorker:
                     "expected RolloutResult (use ctx.complete(...) or ctx.error(...))"
                 )
             outcome = result
-        except TimeoutError:
-            outcome = error_response(
-                request.rollout_id,
-                f"rollout exceeded its deadline of {budget:g} s "
-                "(OSMOSIS_ROLLOUT_SERVER_REQUEST_TIMEOUT_SECONDS)",
-                finish_reason="timeout",
-                final_messages=ctx.last_messages,
-            )
+        except TimeoutError as exc:
+            if not deadline.expired():
+                # The agent's own TimeoutError (a tool's wait_for), not the rollout's deadline.
+                outcome = _agent_failure(request.rollout_id, exc, ctx.last_messages)
+            else:
+                outcome = error_response(
+                    request.rollout_id,
+                    f"rollout exceeded its deadline of {budget:g} s "
+                    "(OSMOSIS_ROLLOUT_SERVER_REQUEST_TIMEOUT_SECONDS)",
+                    finish_reason="timeout",
+                    final_messages=ctx.last_messages,
+                )
         except RolloutCancelled:
             outcome = error_response(
                 request.rollout_id,
@@ -182,14 +194,7 @@ class RolloutWorker:
                 final_messages=ctx.last_messages,
             )
         except Exception as exc:  # the agent's own failure becomes an ERROR result
-            logger.warning(
-                "agent loop raised", exc_info=True, extra={"rollout_id": request.rollout_id}
-            )
-            outcome = error_response(
-                request.rollout_id,
-                f"{type(exc).__name__}: {exc}",
-                final_messages=ctx.last_messages,
-            )
+            outcome = _agent_failure(request.rollout_id, exc, ctx.last_messages)
         metrics = outcome.metrics if outcome.metrics is not None else ctx.metrics
         if metrics is not ctx.metrics and isinstance(outcome, RolloutResponse):
             metrics = ctx.metrics

@@ -1,0 +1,205 @@
+"""Builders and fakes shared by the unit tests. Every fake implements one of the kit's own ports
+(``Dispatcher``) or stands behind httpx's own seam (``MockTransport``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from rollout_sdk.agent import RolloutAgentLoop, RolloutContext, RolloutResult
+from rollout_sdk.dispatch.base import Job
+from rollout_sdk.errors import DispatchError
+from rollout_sdk.protocol import (
+    Message,
+    OpenAIFunctionParametersSchema,
+    OpenAIFunctionPropertySchema,
+    OpenAIFunctionSchema,
+    OpenAIFunctionToolSchema,
+    RolloutRequest,
+)
+
+TRAINGATE = "http://traingate.test/base"
+
+
+class SocketUsed(OSError):
+    """A unit test tried to open a network connection or listen (see conftest.py). An OSError,
+    so the caller closes its socket as on any failed connect."""
+
+
+def request_body(**overrides: Any) -> dict[str, Any]:
+    """A valid init body; ``overrides`` replace top-level fields."""
+    body: dict[str, Any] = {
+        "rollout_id": "rollout-1",
+        "server_url": TRAINGATE,
+        "messages": [{"role": "user", "content": "What is 2 + 2?"}],
+        "completion_params": {"temperature": 0.7, "max_tokens": 64},
+    }
+    body.update(overrides)
+    return body
+
+
+def make_request(**overrides: Any) -> RolloutRequest:
+    """A valid ``RolloutRequest``."""
+    return RolloutRequest.model_validate(request_body(**overrides))
+
+
+def completion(
+    content: str | None = "4",
+    *,
+    tool_calls: list[dict[str, Any]] | None = None,
+    usage: tuple[int, int, int] | None = (10, 5, 15),
+    finish_reason: str | None = "stop",
+) -> dict[str, Any]:
+    """A chat-completion body as TrainGate sends it."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls is not None:
+        message["tool_calls"] = tool_calls
+    body: dict[str, Any] = {
+        "id": "cmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "default",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "usage": None
+        if usage is None
+        else {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": usage[2]},
+        "token_ids": [1, 2, 3],
+        "logprobs": [-0.1, -0.2, -0.3],
+    }
+    return body
+
+
+ADD_TOOL = OpenAIFunctionToolSchema(
+    function=OpenAIFunctionSchema(
+        name="add",
+        description="Add two numbers.",
+        parameters=OpenAIFunctionParametersSchema(
+            properties={
+                "a": OpenAIFunctionPropertySchema(type="number", description="left operand"),
+                "b": OpenAIFunctionPropertySchema(type="number"),
+                "mode": OpenAIFunctionPropertySchema(type="string", enum=["exact", "round"]),
+            },
+            required=["a", "b"],
+        ),
+    )
+)
+
+
+class EchoAgent(RolloutAgentLoop):
+    """One chat turn, then complete. ``metadata["tools_fail"]`` makes get_tools raise."""
+
+    name = "echo"
+
+    def get_tools(self, request: RolloutRequest) -> list[OpenAIFunctionToolSchema]:
+        if request.metadata.get("tools_fail"):
+            raise RuntimeError("tool catalogue unavailable")
+        return [ADD_TOOL]
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        messages: list[Message] = list(ctx.request.messages)
+        result = await ctx.chat(messages, **ctx.request.completion_params)
+        messages.append(result.message)
+        return ctx.complete(messages, reward=1.0)
+
+
+class RecordingDispatcher:
+    """A ``Dispatcher`` that records jobs instead of running them; ``fail_next`` makes the next
+    hand-offs raise DispatchError."""
+
+    def __init__(self) -> None:
+        self.jobs: list[Job] = []
+        self.fail_next = 0
+        self.active_count = 0
+        self.completed_count = 0
+        self.closed = False
+
+    async def dispatch(self, job: Job) -> None:
+        if self.fail_next > 0:
+            self.fail_next -= 1
+            raise DispatchError("worker queue unavailable")
+        self.jobs.append(job)
+
+    @property
+    def active(self) -> int:
+        return self.active_count
+
+    @property
+    def completed(self) -> int:
+        return self.completed_count
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class FakeSleep:
+    """Records every requested delay and returns at once."""
+
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.calls.append(seconds)
+
+
+Reply = httpx.Response | Exception
+
+
+class FakeTrainGate:
+    """TrainGate behind ``httpx.MockTransport``: scripted answers per path, every request kept.
+
+    ``chat`` and ``completed`` are lists consumed in order (the last entry repeats); an
+    ``Exception`` entry is raised as the transport's failure.
+    """
+
+    def __init__(
+        self,
+        *,
+        chat: list[Reply] | None = None,
+        completed: list[Reply] | None = None,
+        chat_delay: float = 0.0,
+    ) -> None:
+        self.chat_replies = chat or [httpx.Response(200, json=completion())]
+        self.completed_replies = completed or [httpx.Response(200, json={"ok": True})]
+        self.chat_delay = chat_delay
+        self.requests: list[httpx.Request] = []
+
+    @property
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self.handle)
+
+    def on(self, path: str) -> list[httpx.Request]:
+        """The requests sent to ``path``."""
+        return [r for r in self.requests if r.url.path.endswith(path)]
+
+    def bodies(self, path: str) -> list[dict[str, Any]]:
+        """The JSON bodies sent to ``path``."""
+        return [json.loads(r.content) for r in self.on(path)]
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        if request.url.path.endswith("/v1/chat/completions"):
+            if self.chat_delay:
+                await asyncio.sleep(self.chat_delay)
+            replies = self.chat_replies
+        elif request.url.path.endswith("/v1/rollout/completed"):
+            replies = self.completed_replies
+        else:
+            return httpx.Response(404)
+        index = min(len(self.on(request.url.path)) - 1, len(replies) - 1)
+        reply = replies[index]
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+
+def responses(*codes: int, body: Callable[[], dict[str, Any]] | None = None) -> list[Reply]:
+    """Replies with the given status codes (2xx ones carry ``body()``)."""
+    make = body or completion
+    return [
+        httpx.Response(code, json=make()) if 200 <= code < 300 else httpx.Response(code)
+        for code in codes
+    ]

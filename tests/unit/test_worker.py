@@ -1,0 +1,377 @@
+"""The worker over MemoryStore and a TrainGate behind MockTransport: claim, run, finish, deliver."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from rollout_sdk.agent import RolloutContext, RolloutResult
+from rollout_sdk.client import CHAT_PATH, COMPLETED_PATH, TrainGateClient
+from rollout_sdk.dispatch.base import Job
+from rollout_sdk.protocol import InitResponse, Message, RolloutRequest
+from rollout_sdk.record import RecordState, RolloutRecord
+from rollout_sdk.settings import RolloutClientSettings, load_settings
+from rollout_sdk.store.memory import MemoryStore
+from rollout_sdk.worker import RolloutWorker
+
+from .support import ADD_TOOL, EchoAgent, FakeSleep, FakeTrainGate, completion, make_request
+
+FIRST_TURN: Message = {"role": "assistant", "content": "4"}
+
+
+class TwoTurnAgent(EchoAgent):
+    """Two chat turns, with one tool call recorded in between."""
+
+    name = "two-turn"
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        messages: list[Message] = list(ctx.request.messages)
+        for _ in range(2):
+            result = await ctx.chat(messages, **ctx.request.completion_params)
+            messages.append(result.message)
+        ctx.record_tool_call(latency_ms=3.0)
+        return ctx.complete(messages, reward=0.75)
+
+
+class RaisingAgent(EchoAgent):
+    name = "raising"
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        raise ValueError("the environment exploded")
+
+
+class SlowAgent(EchoAgent):
+    """One completed turn, then hangs past any deadline."""
+
+    name = "slow"
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        await ctx.chat(list(ctx.request.messages))
+        await asyncio.sleep(30)
+        return ctx.complete([])
+
+
+class OwnTimeoutAgent(EchoAgent):
+    """A tool of its own timed out: not the rollout's deadline."""
+
+    name = "own-timeout"
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        await asyncio.wait_for(asyncio.sleep(1), timeout=0.001)
+        return ctx.complete([])
+
+
+class WrongReturnAgent(EchoAgent):
+    name = "wrong-return"
+
+    async def run(self, ctx: RolloutContext) -> Any:
+        return {"status": "COMPLETED"}
+
+
+class StringStatusAgent(EchoAgent):
+    name = "string-status"
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        return RolloutResult(status="COMPLETED", final_messages=[FIRST_TURN], finish_reason="stop")
+
+
+class ErrorResultAgent(EchoAgent):
+    name = "error-result"
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        return ctx.error("gave up", final_messages=[FIRST_TURN])
+
+
+@dataclass
+class Rig:
+    worker: RolloutWorker
+    store: MemoryStore
+    gate: FakeTrainGate
+    sleep: FakeSleep
+    request: RolloutRequest
+
+    async def record(self) -> RolloutRecord:
+        record = await self.store.get(self.request.rollout_id, now=time.time())
+        assert record is not None
+        return record
+
+
+async def make_rig(
+    agent: EchoAgent | None = None,
+    *,
+    gate: FakeTrainGate | None = None,
+    complete_rollout_retries: int = 2,
+) -> Rig:
+    store = MemoryStore()
+    gate = gate or FakeTrainGate()
+    sleep = FakeSleep()
+    client = TrainGateClient(
+        RolloutClientSettings(complete_rollout_retries=complete_rollout_retries, max_retries=0),
+        transport=gate.transport,
+        sleep=sleep,
+    )
+    request = make_request()
+    now = time.time()
+    record = RolloutRecord.new(
+        request,
+        InitResponse(rollout_id=request.rollout_id, tools=[ADD_TOOL]),
+        now=now,
+        ttl_seconds=3600,
+    )
+    assert (await store.create(record, now=now)).created
+    worker = RolloutWorker(agent or TwoTurnAgent(), store, client, load_settings())
+    return Rig(worker, store, gate, sleep, request)
+
+
+JOB = Job(rollout_id="rollout-1", attempt=1, api_key="cb-key")
+
+
+async def test_happy_path_reaches_delivered_with_metrics() -> None:
+    gate = FakeTrainGate(chat_delay=0.005)
+    rig = await make_rig(gate=gate)
+    final = await rig.worker.run(JOB)
+    assert final is not None
+    assert final.state == RecordState.DELIVERED
+    assert final.delivered_at is not None
+    assert final.delivery_attempts == 1
+    assert final.attempt == 1
+    assert final.lease_until is None
+    assert await rig.record() == final
+
+    (sent,) = gate.bodies(COMPLETED_PATH)
+    assert sent == final.response
+    assert sent["status"] == "COMPLETED"
+    assert sent["reward"] == 0.75
+    assert sent["final_messages"] == [*rig.request.messages, FIRST_TURN, FIRST_TURN]
+    metrics = sent["metrics"]
+    assert metrics["num_llm_calls"] == 2
+    assert metrics["prompt_tokens"] == 20
+    assert metrics["response_tokens"] == 10
+    assert metrics["max_context_tokens"] == 15
+    assert metrics["num_tool_calls"] == 1
+    assert metrics["tool_latency_ms"] == 3.0
+    assert metrics["llm_latency_ms"] >= 2 * 5 * 0.9
+    assert metrics["total_latency_ms"] >= metrics["llm_latency_ms"] > 0
+
+
+async def test_callback_key_and_completion_params_reach_traingate() -> None:
+    rig = await make_rig()
+    await rig.worker.run(JOB)
+    assert [r.headers["authorization"] for r in rig.gate.requests] == ["Bearer cb-key"] * 3
+    chat = rig.gate.bodies(CHAT_PATH)
+    assert [body["temperature"] for body in chat] == [0.7, 0.7]
+    assert [body["max_tokens"] for body in chat] == [64, 64]
+    assert all(body["rollout_id"] == "rollout-1" for body in chat)
+    assert rig.gate.requests[0].url.path == "/base/v1/chat/completions"
+
+
+async def test_agent_raising_becomes_an_error_response() -> None:
+    rig = await make_rig(RaisingAgent())
+    final = await rig.worker.run(JOB)
+    assert final is not None
+    assert final.state == RecordState.DELIVERED
+    (sent,) = rig.gate.bodies(COMPLETED_PATH)
+    assert sent["status"] == "ERROR"
+    assert sent["error_message"] == "ValueError: the environment exploded"
+    assert sent["finish_reason"] == "error"
+    assert sent["final_messages"] == rig.request.messages
+    assert sent["metrics"]["total_latency_ms"] > 0
+
+
+async def test_agent_error_result_is_sent_as_is() -> None:
+    rig = await make_rig(ErrorResultAgent())
+    await rig.worker.run(JOB)
+    (sent,) = rig.gate.bodies(COMPLETED_PATH)
+    assert (sent["status"], sent["error_message"]) == ("ERROR", "gave up")
+    assert sent["final_messages"] == [FIRST_TURN]
+
+
+async def test_string_status_is_accepted() -> None:
+    rig = await make_rig(StringStatusAgent())
+    await rig.worker.run(JOB)
+    (sent,) = rig.gate.bodies(COMPLETED_PATH)
+    assert sent["status"] == "COMPLETED"
+
+
+async def test_deadline_gives_a_timeout_error_with_the_last_completed_turn() -> None:
+    rig = await make_rig(SlowAgent())
+    started = time.perf_counter()
+    final = await rig.worker.run(JOB, deadline_seconds=0.05)
+    assert time.perf_counter() - started < 5
+    assert final is not None
+    assert final.state == RecordState.DELIVERED
+    (sent,) = rig.gate.bodies(COMPLETED_PATH)
+    assert sent["status"] == "ERROR"
+    assert sent["finish_reason"] == "timeout"
+    assert "deadline" in sent["error_message"]
+    assert sent["final_messages"] == [*rig.request.messages, FIRST_TURN]
+    assert sent["metrics"]["num_llm_calls"] == 1
+
+
+async def test_request_timeout_setting_bounds_the_rollout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OSMOSIS_ROLLOUT_SERVER_REQUEST_TIMEOUT_SECONDS", "0.05")
+    rig = await make_rig(SlowAgent())
+    await rig.worker.run(JOB)  # no explicit deadline: the setting applies
+    (sent,) = rig.gate.bodies(COMPLETED_PATH)
+    assert sent["finish_reason"] == "timeout"
+    assert "OSMOSIS_ROLLOUT_SERVER_REQUEST_TIMEOUT_SECONDS" in sent["error_message"]
+
+
+async def test_agents_own_timeout_is_not_reported_as_the_deadline() -> None:
+    rig = await make_rig(OwnTimeoutAgent())
+    await rig.worker.run(JOB)
+    (sent,) = rig.gate.bodies(COMPLETED_PATH)
+    assert sent["status"] == "ERROR"
+    assert sent["finish_reason"] == "error"
+    assert sent["error_message"].startswith("TimeoutError")
+    assert "deadline" not in sent["error_message"]
+
+
+async def test_claim_sets_running_with_a_lease() -> None:
+    seen: list[RolloutRecord | None] = []
+
+    class Peek(EchoAgent):
+        name = "peek"
+
+        async def run(self, ctx: RolloutContext) -> RolloutResult:
+            seen.append(await rig.store.get("rollout-1", now=time.time()))
+            return ctx.complete([])
+
+    rig = await make_rig(Peek())
+    before = time.time()
+    await rig.worker.run(Job("rollout-1", attempt=3), deadline_seconds=40)
+    (running,) = seen
+    assert running is not None
+    assert running.state == RecordState.RUNNING
+    assert running.attempt == 3
+    assert running.lease_until is not None
+    assert before + 39 <= running.lease_until <= time.time() + 40
+
+
+async def test_second_run_of_the_same_job_claims_nothing_and_sends_nothing() -> None:
+    rig = await make_rig()
+    assert await rig.worker.run(JOB) is not None
+    sent_before = len(rig.gate.requests)
+    assert await rig.worker.run(JOB) is None
+    assert await rig.worker.run(Job("rollout-1", attempt=2, api_key="cb-key")) is None
+    assert len(rig.gate.requests) == sent_before
+    assert (await rig.record()).state == RecordState.DELIVERED
+
+
+async def test_concurrent_deliveries_of_one_job_run_it_once() -> None:
+    rig = await make_rig()
+    results = await asyncio.gather(*(rig.worker.run(JOB) for _ in range(5)))
+    assert sum(r is not None for r in results) == 1
+    assert len(rig.gate.on(COMPLETED_PATH)) == 1
+    assert len(rig.gate.on(CHAT_PATH)) == 2
+
+
+async def test_unknown_rollout_runs_nothing() -> None:
+    rig = await make_rig()
+    assert await rig.worker.run(Job("no-such-rollout")) is None
+    assert rig.gate.requests == []
+
+
+async def test_callback_4xx_is_undeliverable_and_not_retried() -> None:
+    gate = FakeTrainGate(completed=[httpx.Response(404, text="unknown rollout")])
+    rig = await make_rig(gate=gate)
+    final = await rig.worker.run(JOB)
+    assert final is not None
+    assert final.state == RecordState.UNDELIVERABLE
+    assert final.last_error is not None
+    assert "404" in final.last_error
+    assert len(gate.on(COMPLETED_PATH)) == 1
+    assert rig.sleep.calls == []
+    assert await rig.record() == final
+
+
+async def test_callback_5xx_every_time_stays_finished_for_redrive() -> None:
+    gate = FakeTrainGate(completed=[httpx.Response(503)])
+    rig = await make_rig(gate=gate, complete_rollout_retries=2)
+    before = time.time()
+    final = await rig.worker.run(JOB)
+    assert final is not None
+    assert final.state == RecordState.FINISHED
+    assert final.next_attempt_at is not None
+    assert final.next_attempt_at >= before
+    assert final.delivery_attempts == 3
+    assert final.last_error is not None
+    assert "503" in final.last_error
+    assert final.response is not None
+    assert final.response["status"] == "COMPLETED"
+    assert len(gate.on(COMPLETED_PATH)) == 3
+    assert len(rig.sleep.calls) == 2
+    stored = await rig.record()
+    assert stored.state == RecordState.FINISHED
+    assert stored.next_attempt_at == final.next_attempt_at
+
+
+async def test_redelivery_resends_the_identical_response_then_stops() -> None:
+    gate = FakeTrainGate(completed=[httpx.Response(500), httpx.Response(500), httpx.Response(202)])
+    rig = await make_rig(gate=gate, complete_rollout_retries=1)
+    parked = await rig.worker.run(JOB)
+    assert parked is not None
+    assert parked.state == RecordState.FINISHED
+    delivered = await rig.worker.deliver(parked, api_key="cb-key")
+    assert delivered.state == RecordState.DELIVERED
+    assert delivered.delivery_attempts == 3
+    bodies = rig.gate.bodies(COMPLETED_PATH)
+    assert len(bodies) == 3
+    assert bodies[0] == bodies[1] == bodies[2]
+    again = await rig.worker.deliver(delivered, api_key="cb-key")
+    assert again == delivered
+    assert len(rig.gate.on(COMPLETED_PATH)) == 3  # never sent after a 2xx
+
+
+async def test_non_rollout_result_becomes_an_error() -> None:
+    rig = await make_rig(WrongReturnAgent())
+    final = await rig.worker.run(JOB)
+    assert final is not None
+    (sent,) = rig.gate.bodies(COMPLETED_PATH)
+    assert sent["status"] == "ERROR"
+    assert "RolloutResult" in sent["error_message"]
+    assert "dict" in sent["error_message"]
+
+
+async def test_chat_failure_inside_the_agent_becomes_an_error() -> None:
+    gate = FakeTrainGate(chat=[httpx.Response(400, text="bad request")])
+    rig = await make_rig(gate=gate)
+    await rig.worker.run(JOB)
+    (sent,) = gate.bodies(COMPLETED_PATH)
+    assert sent["status"] == "ERROR"
+    assert sent["error_message"].startswith("OsmosisValidationError")
+    assert sent["metrics"]["num_llm_calls"] == 1
+
+
+async def test_finish_lost_to_another_writer_keeps_the_stored_response() -> None:
+    class Hijacked(EchoAgent):
+        name = "hijacked"
+
+        async def run(self, ctx: RolloutContext) -> RolloutResult:
+            # A recovery sweep fixes an ERROR response while this attempt still runs.
+            now = time.time()
+            await rig.store.transition(
+                "rollout-1",
+                from_states=(RecordState.RUNNING,),
+                changes={"state": RecordState.FINISHED, "response": {"swept": True}},
+                now=now,
+            )
+            return ctx.complete([])
+
+    rig = await make_rig(Hijacked())
+    final = await rig.worker.run(JOB)
+    assert final is not None
+    assert final.response == {"swept": True}
+    assert rig.gate.on(COMPLETED_PATH) == []
+
+
+def test_completion_fixture_shape() -> None:
+    # The helper the other tests rely on builds what the client parses.
+    body: dict[str, Any] = completion(usage=None)
+    assert body["usage"] is None
+    assert body["choices"][0]["message"] == {"role": "assistant", "content": "4"}
