@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -72,6 +73,12 @@ def differing_fields(stored: dict[str, Any], incoming: dict[str, Any]) -> list[s
     return [key for key in keys if stored.get(key) != incoming.get(key)]
 
 
+def expiry(now: float, ttl_seconds: float) -> int:
+    """``expires_at`` for a record changed at ``now``: whole epoch seconds, as DynamoDB's TTL
+    wants them, rounded up so a record never expires early."""
+    return math.ceil(now + ttl_seconds)
+
+
 @dataclass(frozen=True)
 class RolloutRecord:
     """One rollout's durable state. Immutable: stores write new versions."""
@@ -88,7 +95,7 @@ class RolloutRecord:
     cancel_requested: bool = False
     created_at: float = 0.0
     updated_at: float = 0.0
-    expires_at: float = 0.0
+    expires_at: int = 0
     delivered_at: float | None = None
     delivery_attempts: int = 0
     next_attempt_at: float | None = None
@@ -113,7 +120,7 @@ class RolloutRecord:
             init_response=init_response.model_dump(mode="json"),
             created_at=now,
             updated_at=now,
-            expires_at=now + ttl_seconds,
+            expires_at=expiry(now, ttl_seconds),
         )
 
     def evolve(self, **changes: Any) -> RolloutRecord:

@@ -29,7 +29,7 @@ from .agent import (
     RolloutResult,
 )
 from .protocol import RolloutMetrics, RolloutResponse, RolloutStatus
-from .record import RecordState, RolloutRecord
+from .record import RecordState, RolloutRecord, expiry
 
 if TYPE_CHECKING:
     from .client import TrainGateClient
@@ -109,7 +109,7 @@ class RolloutWorker:
                 "attempt": job.attempt,
                 "lease_until": now + budget,
                 "updated_at": now,
-                "expires_at": now + self._ttl() + budget,
+                "expires_at": expiry(now, self._ttl() + budget),
             },
             now=now,
         )
@@ -136,7 +136,7 @@ class RolloutWorker:
                 "response": response.model_dump(mode="json"),
                 "lease_until": None,
                 "updated_at": now,
-                "expires_at": now + self._ttl(),
+                "expires_at": expiry(now, self._ttl()),
             },
             now=now,
         )
@@ -244,7 +244,9 @@ class RolloutWorker:
                 "callback failed; parked for re-drive",
                 extra={"rollout_id": record.rollout_id, "error": result.error},
             )
-        changes.update(delivery_attempts=attempts, updated_at=now, expires_at=now + self._ttl())
+        changes.update(
+            delivery_attempts=attempts, updated_at=now, expires_at=expiry(now, self._ttl())
+        )
         moved = await self.store.transition(
             record.rollout_id, from_states=(RecordState.FINISHED,), changes=changes, now=now
         )

@@ -176,7 +176,8 @@ class DynamoDBStore:
                 data[name] = json.loads(attr["S"])
             elif "N" in attr:
                 number = float(attr["N"])
-                data[name] = int(number) if name in ("attempt", "delivery_attempts") else number
+                integral = name in ("attempt", "delivery_attempts", "expires_at")
+                data[name] = int(number) if integral else number
             elif "BOOL" in attr:
                 data[name] = attr["BOOL"]
             elif "S" in attr:
@@ -346,11 +347,14 @@ class DynamoDBStore:
                         "Delete": {
                             "TableName": self.table_name,
                             "Key": {"pk": {"S": ROLLOUT_PREFIX + rollout_id}},
-                            "ConditionExpression": "#state = :accepted AND slot = :slot",
+                            "ConditionExpression": (
+                                "#state = :accepted AND slot = :slot AND expires_at > :now"
+                            ),
                             "ExpressionAttributeNames": {"#state": "state"},
                             "ExpressionAttributeValues": {
                                 ":accepted": {"S": RecordState.ACCEPTED.value},
                                 ":slot": {"S": slot},
+                                ":now": _number(now),
                             },
                         }
                     },

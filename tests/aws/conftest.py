@@ -12,19 +12,13 @@ from typing import Any
 import pytest
 
 from rollout_sdk.invoke import function_environment, import_handler
-from rollout_sdk.local_aws import EmbeddedMoto, LocalResources, load_template, provision
+from rollout_sdk.local_aws import LocalResources, load_template, provision
 from rollout_sdk.standin import TrainGateStandIn
 from rollout_sdk.uvicorn_thread import ServerThread
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_KEY = "local-server-key"  # what events/*.json send
 CALLBACK_KEY = "sample-callback-key"
-
-
-@pytest.fixture(scope="session")
-def moto_endpoint() -> Iterator[str]:
-    with EmbeddedMoto() as moto:
-        yield moto.endpoint_url
 
 
 @pytest.fixture(scope="session")

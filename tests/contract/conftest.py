@@ -8,6 +8,7 @@ fresh table per call, so tests never share records. The fixture closes every sto
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -28,9 +29,29 @@ async def sqlite_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     return SQLiteStore(tmp_path / "state" / "rollouts.sqlite3")
 
 
+_TABLES = itertools.count()
+
+
+async def dynamodb_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    """DynamoDBStore over HTTP to moto's server, on a fresh table made from template.yaml."""
+    from rollout_sdk.lambda_runtime import AwsClients
+    from rollout_sdk.local_aws import load_template, table_definition
+    from rollout_sdk.store.dynamodb import DynamoDBStore
+
+    endpoint: str = request.getfixturevalue("moto_endpoint")
+    clients = AwsClients(endpoint_url=endpoint, max_pool_connections=50)
+    table = f"contract-{next(_TABLES)}"
+    template = load_template(Path(__file__).resolve().parents[2] / "template.yaml")
+    clients.dynamodb.create_table(**table_definition(template, table))
+    bucket = f"contract-payloads-{table}"
+    clients.s3.create_bucket(Bucket=bucket)
+    return DynamoDBStore(table, client=clients.dynamodb, s3=clients.s3, bucket=bucket)
+
+
 STORE_FACTORIES: dict[str, StoreFactory] = {
     "memory": memory_store,
     "sqlite": sqlite_store,
+    "dynamodb": dynamodb_store,
 }
 
 

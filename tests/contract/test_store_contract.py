@@ -51,7 +51,7 @@ async def test_every_field_round_trips(store: Store) -> None:
         "response": {"rollout_id": "r-1", "status": "ERROR", "final_messages": [{"a": None}]},
         "cancel_requested": True,
         "updated_at": NOW + 2.25,
-        "expires_at": NOW + 900.5,
+        "expires_at": int(NOW) + 901,  # whole epoch seconds, as DynamoDB TTL wants
         "delivery_attempts": 3,
         "next_attempt_at": NOW + 30.125,
         "last_error": "TrainGate answered 503: ünavailable",
