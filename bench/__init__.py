@@ -1,0 +1,1 @@
+"""Load drivers that exercise the kit from the outside, over loopback HTTP only."""

@@ -1,0 +1,94 @@
+"""The ``rollout-sdk`` command as a subprocess: validate, serve, --help."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bench.load import ServerProcess
+
+from .support import run_cli
+
+pytestmark = pytest.mark.integration
+
+NO_DESCRIPTION_AGENT = """
+from rollout_sdk import RolloutAgentLoop
+
+
+class NoDescription(RolloutAgentLoop):
+    name = "no_description"
+
+    def get_tools(self, request):
+        return [{"type": "function", "function": {"name": "lookup", "parameters": {}}}]
+
+    async def run(self, ctx):
+        return ctx.complete(list(ctx.request.messages))
+
+
+agent_loop = NoDescription()
+"""
+
+
+def test_validate_accepts_the_ported_v1_agent() -> None:
+    result = run_cli("validate", "--verbose", "tests.fixtures.v1_agent.agent:agent_loop")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_validate_and_serve_refuse_a_tool_without_description(tmp_path: Path) -> None:
+    (tmp_path / "nodesc_agent.py").write_text(textwrap.dedent(NO_DESCRIPTION_AGENT))
+    validate = run_cli("validate", "nodesc_agent:agent_loop", cwd=tmp_path)
+    assert validate.returncode == 1, validate.stdout + validate.stderr
+    assert "MISSING_FUNCTION_DESCRIPTION" in validate.stdout
+    serve = run_cli(
+        "serve",
+        "--agent",
+        "nodesc_agent:agent_loop",
+        "--store",
+        "memory",
+        "--port",
+        "1",
+        cwd=tmp_path,
+        timeout=30,
+    )
+    assert serve.returncode == 1, serve.stdout + serve.stderr
+    assert "MISSING_FUNCTION_DESCRIPTION" in serve.stderr
+
+
+def test_validate_names_a_missing_module(tmp_path: Path) -> None:
+    result = run_cli("validate", "no_such_module:agent_loop", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "no_such_module" in result.stderr
+
+
+def test_serve_answers_health_and_guards_platform_health(tmp_path: Path) -> None:
+    with ServerProcess(store="sqlite", state_dir=tmp_path, server_key="cli-key") as server:
+        health = httpx.get(f"{server.url}/health", timeout=5)
+        anonymous = httpx.get(f"{server.url}/platform/health", timeout=5)
+        keyed = httpx.get(
+            f"{server.url}/platform/health",
+            headers={"Authorization": "Bearer cli-key"},
+            timeout=5,
+        )
+        assert server.alive
+    assert server.process is not None
+    assert server.process.returncode is not None  # stopped
+    assert health.status_code == 200
+    assert health.json() == {
+        "status": "healthy",
+        "agent_loop": "calculator",
+        "active_rollouts": 0,
+        "completed_rollouts": 0,
+    }
+    assert anonymous.status_code == 401
+    assert keyed.status_code == 200
+    assert (tmp_path / "rollouts.sqlite3").exists()
+
+
+@pytest.mark.parametrize("command", [[], ["serve"], ["validate"], ["demo"]])
+def test_help_of_every_command_exits_0(command: list[str]) -> None:
+    result = run_cli(*command, "--help", timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: rollout-sdk")

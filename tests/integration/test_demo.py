@@ -1,0 +1,96 @@
+"""``rollout-sdk demo`` from the project root, as a user runs it."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.load import REPO_ROOT, subprocess_env
+
+from .support import CLI, run_cli
+
+pytestmark = pytest.mark.integration
+
+
+def _count(label: str, output: str) -> int:
+    match = re.search(rf"^\s+{re.escape(label)}\s+(\d+)\s*$", output, re.MULTILINE)
+    assert match, f"no {label!r} line in:\n{output}"
+    return int(match.group(1))
+
+
+@pytest.mark.parametrize("store", ["sqlite", "memory"])
+def test_demo_runs_the_dataset_and_prints_the_summary(store: str) -> None:
+    rows = sum(
+        1
+        for line in (REPO_ROOT / "examples/calculator/dataset.jsonl").read_text().splitlines()
+        if line.strip()
+    )
+    result = run_cli("demo", "--repeat", "1", "--store", store, timeout=90)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert _count("rollouts", out) == rows
+    assert _count("COMPLETED", out) == rows
+    assert _count("ERROR", out) == 0
+    assert _count("missing", out) == 0
+    assert _count("duplicates received", out) == 0
+    # The scripted model answers every 7th rollout (by id hash) off by one.
+    reward = re.search(r"mean reward\s+([0-9.]+)", out)
+    assert reward and 0.5 < float(reward.group(1)) < 1.0, out
+    assert re.search(r"rollout total_latency(\s+[0-9.]+){3}", out), out
+    assert re.search(r"init round trip(\s+[0-9.]+){3}", out), out
+    assert "rollouts/s" in out
+    assert "OK: every rollout was reported exactly once" in out
+    assert f"store {store}" in out
+    # stderr is not a terminal here: progress comes as whole lines, ending at 100%.
+    assert f"rollouts reported: {rows}/{rows} (100%)" in result.stderr
+    assert "\r" not in result.stderr
+
+
+def test_demo_names_the_file_and_line_of_a_bad_row(tmp_path: Path) -> None:
+    dataset = tmp_path / "bad.jsonl"
+    dataset.write_text('{"messages": [{"role": "user", "content": "1 + 1"}]}\n{"messages": 3}\n')
+    result = run_cli("demo", "--dataset", str(dataset), timeout=30)
+    assert result.returncode == 1
+    assert f"{dataset}:2:" in result.stderr
+    assert "messages" in result.stderr
+
+
+def test_demo_fails_when_callbacks_are_missing_at_the_timeout() -> None:
+    result = run_cli("demo", "--repeat", "4", "--timeout", "0.05", timeout=60)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert _count("missing", result.stdout) > 0
+    assert "FAILED: timed out waiting for callbacks" in result.stdout
+
+
+def test_demo_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    log = tmp_path / "stderr.txt"
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(
+            [CLI, "demo", "--repeat", "200", "--concurrency", "4"],
+            cwd=REPO_ROOT,
+            env=subprocess_env(),
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while b"rollouts reported" not in log.read_bytes():
+                assert process.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, "the demo never started reporting"
+                time.sleep(0.05)
+            process.send_signal(signal.SIGINT)
+            stdout, _ = process.communicate(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+    errors = log.read_text()
+    assert process.returncode == 130, errors
+    assert "interrupted; stopping the servers" in errors
+    assert "Traceback" not in errors
+    assert stdout == b""
