@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit load clean
+.PHONY: demo test lint typecheck unit load load-dynamodb clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed; set PYTHON=python3.11")'
@@ -26,15 +26,19 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
-test: lint typecheck
+test: lint typecheck template-check
 	$(BIN)/pytest -q
 
 # The 300-rollout load on the local server (outside load driver, loopback only).
 load: $(STAMP)
 	$(BIN)/python -m bench.load --rollouts 300 --concurrency 50 --store sqlite
 
+# The same load on the DynamoDB store (an embedded moto server on 127.0.0.1).
+load-dynamodb: $(STAMP)
+	$(BIN)/python -m bench.load --rollouts 300 --concurrency 50 --store dynamodb
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .rollout-state
+	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .mypy_cache .ruff_cache .rollout-state .aws-sam
 
 # ---------------------------------------------------------------- AWS (SAM)
 # SAM's makefile builder calls build-<LogicalId> with ARTIFACTS_DIR set. The artifact holds only

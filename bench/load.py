@@ -471,7 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--rollouts", type=int, default=300, help="rollouts to run (default 300)")
     parser.add_argument("--concurrency", type=int, default=50, help="inits in flight (default 50)")
-    parser.add_argument("--store", choices=("sqlite", "memory"), default="sqlite")
+    parser.add_argument("--store", choices=("sqlite", "memory", "dynamodb"), default="sqlite")
     parser.add_argument(
         "--deadline",
         type=float,
