@@ -61,8 +61,7 @@ class InProcessDispatcher:
                 # The worker records every failure it can; reaching here means the kit itself
                 # failed, and the record's recovery rules take over.
                 logger.exception("worker failed", extra={"rollout_id": job.rollout_id})
-            finally:
-                self._completed += 1
+            self._completed += 1  # not reached when cancelled: a cancelled job did not complete
 
     async def drain(self, within: float | None = None) -> bool:
         """Wait until no job is left (True) or ``within`` seconds pass (False)."""
