@@ -107,6 +107,7 @@ async def test_aclose_cancels_running_and_queued_jobs() -> None:
     assert run.done == []
     assert run.running == 0
     assert dispatcher.active == 0
+    assert dispatcher.completed == 0  # cancelled jobs did not complete
 
 
 async def test_dispatch_after_aclose_raises_dispatch_error() -> None:
