@@ -186,6 +186,11 @@ class TrainGateClient:
         """POST the final response until a 2xx, a final 4xx, or the retries run out. Never raises."""
         url = server_url + COMPLETED_PATH
         body = response.model_dump(mode="json")
+        try:
+            json.dumps(body, allow_nan=False)
+        except ValueError as exc:
+            # No attempt can succeed; a final failure, recorded, rather than an exception.
+            return DeliveryResult(False, True, 0, None, f"response is not valid JSON: {exc}")
         retries = self.settings.complete_rollout_retries
         error: str | None = None
         status: int | None = None

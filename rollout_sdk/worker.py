@@ -15,7 +15,9 @@ Lambda. Each step is a conditional move of the record (see :mod:`rollout_sdk.rec
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +30,7 @@ from .agent import (
     RolloutLLMClient,
     RolloutResult,
 )
+from .errors import StoreError
 from .protocol import RolloutMetrics, RolloutResponse, RolloutStatus
 from .record import RecordState, RolloutRecord, expiry
 
@@ -35,7 +38,7 @@ if TYPE_CHECKING:
     from .client import TrainGateClient
     from .dispatch.base import Job
     from .settings import RolloutSettings
-    from .store.base import Store
+    from .store.base import Store, TransitionResult
 
 logger = logging.getLogger("rollout_sdk.worker")
 
@@ -66,6 +69,51 @@ def _agent_failure(
 ) -> RolloutResponse:
     logger.warning("agent loop raised", exc_info=exc, extra={"rollout_id": rollout_id})
     return error_response(rollout_id, f"{type(exc).__name__}: {exc}", final_messages=final_messages)
+
+
+def _messages_or_empty(messages: object) -> list[dict[str, object]]:
+    if isinstance(messages, list) and all(isinstance(m, dict) for m in messages):
+        return list(messages)
+    return []
+
+
+def _to_response(
+    rollout_id: str,
+    outcome: RolloutResult | RolloutResponse,
+    ctx_metrics: RolloutMetrics,
+    elapsed_ms: float,
+) -> RolloutResponse:
+    """The wire response for an outcome; ValueError/TypeError when the protocol cannot carry it."""
+    # The kit's own ERROR responses carry the context's metrics; an agent's result may carry its
+    # own RolloutMetrics.
+    metrics: RolloutMetrics | None = None
+    if isinstance(outcome, RolloutResult) and outcome.metrics is not None:
+        if not isinstance(outcome.metrics, RolloutMetrics):
+            raise TypeError(f"metrics must be RolloutMetrics, got {type(outcome.metrics).__name__}")
+        metrics = outcome.metrics
+    metrics = (metrics or ctx_metrics).model_copy(update={"total_latency_ms": elapsed_ms})
+    if isinstance(outcome, RolloutResponse):
+        response = outcome.model_copy(update={"metrics": metrics})
+    else:
+        response = RolloutResponse.model_validate(
+            {
+                "rollout_id": rollout_id,
+                "status": outcome.status,
+                "final_messages": outcome.final_messages,
+                "finish_reason": outcome.finish_reason,
+                "error_message": outcome.error_message,
+                "reward": outcome.reward,
+                "metrics": metrics,
+            }
+        )
+    if response.reward is not None and not math.isfinite(response.reward):
+        raise ValueError(f"reward must be a finite number, got {response.reward}")
+    for name, value in response.metrics.model_dump().items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"metrics.{name} must be a finite number, got {value}")
+    # JSON as TrainGate will get it: fails here, not at the callback, if it cannot be encoded.
+    json.dumps(response.model_dump(mode="json"), allow_nan=False)
+    return response
 
 
 class RolloutWorker:
@@ -115,7 +163,10 @@ class RolloutWorker:
         )
         if not claim.applied or claim.record is None:
             current = claim.record
-            logger.info(
+            # Absent means expired or never created: a job with no record to run is a rollout
+            # that will not be reported, so say so loudly.
+            log = logger.info if current is not None else logger.error
+            log(
                 "claim lost; nothing to run",
                 extra={
                     "rollout_id": job.rollout_id,
@@ -126,8 +177,38 @@ class RolloutWorker:
         record = claim.record
         logger.info("rollout claimed", extra={"rollout_id": job.rollout_id, "attempt": job.attempt})
         response = await self._execute(record, job, budget)
+        try:
+            finished = await self._finish(job, response)
+        except StoreError as exc:
+            # The response could not be stored (too large, a store error): store a small ERROR
+            # that says why instead, so the rollout still ends with one reported status.
+            logger.error(
+                "final response not stored; storing an ERROR instead",
+                extra={"rollout_id": job.rollout_id, "error": str(exc)},
+            )
+            fallback = error_response(
+                job.rollout_id,
+                f"the final response could not be stored: {exc}",
+                metrics=response.metrics,
+            )
+            finished = await self._finish(job, fallback)
+            response = fallback
+        if not finished.applied or finished.record is None:
+            # Someone else (a recovery sweep) fixed the final response first; theirs stands.
+            logger.warning(
+                "finish lost; keeping the stored response", extra={"rollout_id": job.rollout_id}
+            )
+            return finished.record
+        logger.info(
+            "rollout finished",
+            extra={"rollout_id": job.rollout_id, "status": response.status.value},
+        )
+        return await self.deliver(finished.record, api_key=job.api_key)
+
+    async def _finish(self, job: Job, response: RolloutResponse) -> TransitionResult:
+        """RUNNING -> FINISHED on this job's attempt, with the final response."""
         now = self.clock()
-        finished = await self.store.transition(
+        return await self.store.transition(
             job.rollout_id,
             from_states=(RecordState.RUNNING,),
             attempt=job.attempt,
@@ -140,17 +221,6 @@ class RolloutWorker:
             },
             now=now,
         )
-        if not finished.applied or finished.record is None:
-            # Someone else (a recovery sweep) fixed the final response first; theirs stands.
-            logger.warning(
-                "finish lost; keeping the stored response", extra={"rollout_id": job.rollout_id}
-            )
-            return finished.record
-        logger.info(
-            "rollout finished",
-            extra={"rollout_id": job.rollout_id, "status": response.status.value},
-        )
-        return await self.deliver(finished.record, api_key=job.api_key)
 
     async def _execute(self, record: RolloutRecord, job: Job, budget: float) -> RolloutResponse:
         started = time.perf_counter()
@@ -195,22 +265,22 @@ class RolloutWorker:
             )
         except Exception as exc:  # the agent's own failure becomes an ERROR result
             outcome = _agent_failure(request.rollout_id, exc, ctx.last_messages)
-        metrics = outcome.metrics if outcome.metrics is not None else ctx.metrics
-        if metrics is not ctx.metrics and isinstance(outcome, RolloutResponse):
-            metrics = ctx.metrics
-        metrics = metrics.model_copy()
-        metrics.total_latency_ms = (time.perf_counter() - started) * 1000
-        if isinstance(outcome, RolloutResponse):
-            return outcome.model_copy(update={"metrics": metrics})
-        return RolloutResponse(
-            rollout_id=request.rollout_id,
-            status=RolloutStatus(outcome.status),
-            final_messages=list(outcome.final_messages),
-            finish_reason=outcome.finish_reason,
-            error_message=outcome.error_message,
-            reward=outcome.reward,
-            metrics=metrics,
-        )
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        try:
+            return _to_response(request.rollout_id, outcome, ctx.metrics, elapsed_ms)
+        except (ValueError, TypeError) as exc:
+            # A result the protocol cannot carry (a lowercase status, a NaN reward, messages
+            # that are not objects) must still end the rollout: report why, as an ERROR.
+            logger.warning(
+                "agent result rejected", extra={"rollout_id": request.rollout_id, "error": str(exc)}
+            )
+            metrics = ctx.metrics.model_copy(update={"total_latency_ms": elapsed_ms})
+            return error_response(
+                request.rollout_id,
+                f"the agent's result cannot be sent: {exc}",
+                final_messages=_messages_or_empty(ctx.last_messages),
+                metrics=metrics,
+            )
 
     async def deliver(self, record: RolloutRecord, *, api_key: str | None) -> RolloutRecord:
         """Send the stored final response; record the outcome. Never sends after a 2xx."""

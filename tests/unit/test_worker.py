@@ -375,3 +375,70 @@ def test_completion_fixture_shape() -> None:
     body: dict[str, Any] = completion(usage=None)
     assert body["usage"] is None
     assert body["choices"][0]["message"] == {"role": "assistant", "content": "4"}
+
+
+class ShapedResultAgent(EchoAgent):
+    """Returns whatever result it is given: shapes the protocol cannot carry."""
+
+    name = "shaped"
+
+    def __init__(self, result: RolloutResult) -> None:
+        self.result = result
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        await ctx.chat(list(ctx.request.messages))
+        return self.result
+
+
+@pytest.mark.parametrize(
+    ("result", "problem"),
+    [
+        (RolloutResult(status="completed", final_messages=[]), "status"),
+        (RolloutResult(status="COMPLETED", final_messages=["not a message"]), "final_messages"),  # type: ignore[list-item]
+        (RolloutResult(status="COMPLETED", reward=float("nan")), "reward"),
+        (RolloutResult(status="COMPLETED", reward=float("inf")), "reward"),
+        (RolloutResult(status="COMPLETED", metrics={"num_llm_calls": 1}), "metrics"),  # type: ignore[arg-type]
+        (
+            RolloutResult(
+                status="COMPLETED", final_messages=[{"role": "tool", "content": float("nan")}]
+            ),
+            "JSON",
+        ),
+    ],
+)
+async def test_a_result_the_protocol_cannot_carry_still_ends_the_rollout(
+    result: RolloutResult, problem: str
+) -> None:
+    rig = await make_rig(ShapedResultAgent(result))
+    final = await rig.worker.run(JOB)
+    assert final is not None
+    assert final.state == RecordState.DELIVERED
+    (sent,) = rig.gate.bodies(COMPLETED_PATH)
+    assert sent["status"] == "ERROR"
+    assert sent["error_message"].startswith("the agent's result cannot be sent")
+    assert problem.lower() in sent["error_message"].lower()
+    assert sent["metrics"]["num_llm_calls"] == 1
+
+
+async def test_a_response_the_store_refuses_is_replaced_by_a_small_error() -> None:
+    from rollout_sdk.errors import StoreError
+
+    rig = await make_rig(TwoTurnAgent())
+    real = rig.store.transition
+    refused: list[str] = []
+
+    async def picky(rollout_id: str, **kwargs: Any) -> Any:
+        response = kwargs["changes"].get("response")
+        if response is not None and response["status"] == "COMPLETED":
+            refused.append(rollout_id)
+            raise StoreError("item too large")
+        return await real(rollout_id, **kwargs)
+
+    rig.store.transition = picky  # type: ignore[method-assign]
+    final = await rig.worker.run(JOB)
+    assert refused == [JOB.rollout_id]
+    assert final is not None
+    assert final.state == RecordState.DELIVERED
+    (sent,) = rig.gate.bodies(COMPLETED_PATH)
+    assert sent["status"] == "ERROR"
+    assert "could not be stored: item too large" in sent["error_message"]
