@@ -400,9 +400,9 @@ class ShapedResultAgent(EchoAgent):
         (RolloutResult(status="COMPLETED", metrics={"num_llm_calls": 1}), "metrics"),  # type: ignore[arg-type]
         (
             RolloutResult(
-                status="COMPLETED", final_messages=[{"role": "tool", "content": float("nan")}]
+                status="COMPLETED", final_messages=[{"role": "tool", "content": object()}]
             ),
-            "JSON",
+            "serialize",
         ),
     ],
 )
