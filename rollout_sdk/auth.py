@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 from collections.abc import Callable, Iterable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -52,6 +53,8 @@ def parse_authorization(raw: bytes | None) -> bytes | None:
 
 KeyProvider = Callable[[], Iterable[str]]
 
+logger = logging.getLogger("rollout_sdk.auth")
+
 
 class ServerKeyMiddleware:
     """Answers 401 (or 404 for /platform/health with no key configured) before the app runs.
@@ -90,7 +93,22 @@ class ServerKeyMiddleware:
         if path is None:
             await self.app(scope, receive, send)
             return
-        keys = self.current_keys()
+        try:
+            keys = self.current_keys()
+        except Exception:
+            # The key source (Secrets Manager) failed: refuse, never fail open, and say it may pass.
+            logger.exception("server keys could not be read")
+            await _answer(
+                send,
+                503,
+                "the server key could not be read; retry shortly",
+                [(b"retry-after", b"5")],
+            )
+            return
+        if not keys and self._provider is not None:
+            # A key source is configured but holds no key: fail closed.
+            await _answer(send, 503, "no server key is configured in the key source; refusing")
+            return
         if not keys:
             if path.startswith("/platform/"):
                 await _answer(send, 404, "no server key is configured, so /platform/health is off")

@@ -99,22 +99,28 @@ def check_deadlines(settings: RolloutSettings, lambda_settings: LambdaSettings) 
 def parse_server_keys(secret: str | None) -> list[str]:
     """Server keys from a secret value: one key, a JSON list of keys, or ``{"keys": [...]}``.
 
-    Several keys may be valid at once, so a key can be rotated without downtime.
+    Several keys may be valid at once, so a key can be rotated without downtime. An empty or
+    blank secret is a ConfigurationError: the server must never run open by accident.
     """
-    if not secret:
-        return []
-    text = secret.strip()
+    text = (secret or "").strip()
+    if not text:
+        raise ConfigurationError("the server-key secret is empty; put the server key in it")
     if text.startswith(("[", "{")):
         try:
             value = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigurationError(f"the server-key secret is not valid JSON: {exc.msg}") from exc
         keys = value.get("keys") if isinstance(value, dict) else value
-        if not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys):
+        if (
+            not isinstance(keys, list)
+            or not keys
+            or not all(isinstance(k, str) and k.strip() for k in keys)
+        ):
             raise ConfigurationError(
-                'the server-key secret must be a key, a JSON list of keys, or {"keys": [...]}'
+                "the server-key secret must be a key, a non-empty JSON list of keys, or "
+                '{"keys": [...]}, with no blank key'
             )
-        return list(keys)
+        return [k.strip() for k in keys]
     return [text]
 
 

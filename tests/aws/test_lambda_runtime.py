@@ -59,14 +59,26 @@ def test_missing_environment_names_the_variable(monkeypatch: pytest.MonkeyPatch)
         ("  k1\n", ["k1"]),
         (json.dumps(["k1", "k2"]), ["k1", "k2"]),
         (json.dumps({"keys": ["new", "old"]}), ["new", "old"]),
-        ("", []),
     ],
 )
 def test_server_keys_from_the_secret(secret: str, keys: list[str]) -> None:
     assert parse_server_keys(secret) == keys
 
 
-@pytest.mark.parametrize("secret", ["[1, 2]", '{"keys": "k"}', "[not json", '{"keys": [""]}'])
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "[1, 2]",
+        '{"keys": "k"}',
+        "[not json",
+        '{"keys": [""]}',
+        "[]",
+        '{"keys": []}',
+        "",
+        "  ",
+        '[" "]',
+    ],
+)
 def test_a_malformed_secret_is_a_configuration_error(secret: str) -> None:
     with pytest.raises(ConfigurationError):
         parse_server_keys(secret)
@@ -103,3 +115,53 @@ def test_rotation_two_keys_valid_at_once_and_the_secret_is_cached(
     for _ in range(3):
         assert invoke(handler, "ApiFunction", event, timeout_seconds=29).result["statusCode"] == 200
     assert len(calls) <= 1  # cached by Powertools Parameters
+
+
+def test_an_empty_secret_fails_closed(handler: Any, resources: LocalResources) -> None:
+    from rollout_sdk.invoke import invoke, load_event
+
+    from .conftest import ROOT
+
+    runtime: LambdaRuntime = handler.runtime
+    runtime.lambda_settings = runtime.lambda_settings.model_copy(
+        update={"secret_max_age_seconds": 0}
+    )
+    runtime.clients.secretsmanager.put_secret_value(
+        SecretId=resources.secret_arn, SecretString="[]"
+    )
+    event = load_event(ROOT / "events" / "init.json")
+    call = invoke(handler, "ApiFunction", event, timeout_seconds=29)
+    assert call.result["statusCode"] == 503
+    assert call.dispatched == []
+    event["headers"].pop("authorization")
+    assert invoke(handler, "ApiFunction", event, timeout_seconds=29).result["statusCode"] == 503
+
+
+def test_an_unreadable_secret_is_503_with_retry_after(handler: Any) -> None:
+    from botocore.exceptions import ClientError
+
+    from rollout_sdk.invoke import invoke, load_event
+
+    from .conftest import ROOT
+
+    runtime: LambdaRuntime = handler.runtime
+    runtime.lambda_settings = runtime.lambda_settings.model_copy(
+        update={"secret_max_age_seconds": 0}
+    )
+    sm = runtime.clients.secretsmanager
+
+    def unavailable(**_: Any) -> None:
+        raise ClientError(
+            {"Error": {"Code": "InternalServiceError", "Message": "down"}}, "GetSecretValue"
+        )
+
+    sm.meta.events.register("before-call.secrets-manager.GetSecretValue", unavailable)
+    try:
+        call = invoke(
+            handler, "ApiFunction", load_event(ROOT / "events" / "init.json"), timeout_seconds=29
+        )
+    finally:
+        sm.meta.events.unregister("before-call.secrets-manager.GetSecretValue", unavailable)
+    assert call.result["statusCode"] == 503
+    assert call.result["headers"]["retry-after"] == "5"
+    assert call.dispatched == []
