@@ -100,6 +100,7 @@ class RolloutRecord:
     delivery_attempts: int = 0
     next_attempt_at: float | None = None
     last_error: str | None = None
+    handoffs: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import AgentToolsError, DispatchError, IdempotencyConflict, PayloadTooLarge
 from .protocol import InitResponse, OpenAIFunctionToolSchema, RolloutRequest
-from .record import RolloutRecord, differing_fields
+from .record import RecordState, RolloutRecord, differing_fields
 from .validation import check_tool
 
 if TYPE_CHECKING:
@@ -86,29 +86,46 @@ class RolloutService:
         )
         created = await self.store.create(record, now=now)
         if not created.created:
-            return self._duplicate(record, created.record, created.conflict_on)
+            return await self._duplicate(record, created.record, created.conflict_on, request)
+        try:
+            await self._hand_off(request)
+        except DispatchError:
+            # Without a worker the record would wait forever: release it so TrainGate's retry
+            # of this init dispatches afresh. A duplicate that has handed the rollout off in
+            # the meantime keeps the record (release is conditional on no such hand-off).
+            released = await self.store.release(
+                record.rollout_id, slot=record.slot, now=self.clock()
+            )
+            logger.error(
+                "hand-off failed",
+                extra={"rollout_id": record.rollout_id, "claim_released": released},
+            )
+            raise
+        logger.info("rollout accepted", extra={"rollout_id": record.rollout_id})
+        return init_response
+
+    async def _hand_off(self, request: RolloutRequest) -> None:
         try:
             await self.dispatcher.dispatch(
                 Job(rollout_id=request.rollout_id, attempt=1, api_key=request.api_key)
             )
+        except DispatchError:
+            raise
         except Exception as exc:
-            # Without a worker the record would wait forever: release it so TrainGate's retry
-            # of this init dispatches afresh.
-            await self.store.release(record.rollout_id, slot=record.slot, now=self.clock())
-            logger.error("hand-off failed; claim released", extra={"rollout_id": record.rollout_id})
-            if isinstance(exc, DispatchError):
-                raise
             raise DispatchError(f"could not hand the rollout to a worker: {exc}") from exc
-        logger.info("rollout accepted", extra={"rollout_id": record.rollout_id})
-        return init_response
 
-    @staticmethod
-    def _duplicate(
-        incoming: RolloutRecord, holder: RolloutRecord, conflict_on: str | None
+    async def _duplicate(
+        self,
+        incoming: RolloutRecord,
+        holder: RolloutRecord,
+        conflict_on: str | None,
+        request: RolloutRequest,
     ) -> InitResponse:
         if holder.slot == incoming.slot:
             conflict_on = "slot"  # the same slot, whichever item a store found first
         if conflict_on == "slot" and holder.fingerprint == incoming.fingerprint:
+            if holder.state == RecordState.ACCEPTED:
+                await self._hand_off_again(holder, request)
             return holder.init_response_model()
         if conflict_on == "slot":
             fields = differing_fields(holder.request, incoming.request)
@@ -127,3 +144,25 @@ class RolloutService:
             "idempotency key; each rollout needs its own rollout_id",
             ["rollout_id"],
         )
+
+    async def _hand_off_again(self, holder: RolloutRecord, request: RolloutRequest) -> None:
+        """A duplicate of a rollout no worker has claimed yet hands it off too.
+
+        The first init's hand-off may still fail and release the record after this duplicate
+        answered 202, which would lose the rollout. So the duplicate marks the record (which
+        makes the release a no-op) and dispatches the job itself; the worker's claim makes sure
+        only one of the jobs runs. A rotated callback key travels with the new job.
+        """
+        now = self.clock()
+        marked = await self.store.transition(
+            holder.rollout_id,
+            from_states=(RecordState.ACCEPTED,),
+            changes={"handoffs": holder.handoffs + 1},
+            now=now,
+        )
+        if marked.applied:
+            await self._hand_off(request)
+        elif marked.record is None:
+            # The first init's hand-off failed and released the claim: this init did not start
+            # the rollout either, and must say so.
+            raise DispatchError("the rollout's hand-off failed")

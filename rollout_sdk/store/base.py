@@ -62,7 +62,8 @@ class Store(Protocol):
         ...
 
     async def release(self, rollout_id: str, *, slot: str, now: float) -> bool:
-        """Delete an ACCEPTED record whose hand-off failed; True when deleted."""
+        """Delete an ACCEPTED record whose hand-off failed, unless a duplicate init has handed it
+        off since (``handoffs`` > 0); True when deleted."""
         ...
 
     async def scan(
@@ -148,7 +149,12 @@ class TransactionalStore(abc.ABC):
     async def release(self, rollout_id: str, *, slot: str, now: float) -> bool:
         with self._transaction() as txn:
             current = _live(txn.by_id(rollout_id), now)
-            if current is None or current.slot != slot or current.state != RecordState.ACCEPTED:
+            if (
+                current is None
+                or current.slot != slot
+                or current.state != RecordState.ACCEPTED
+                or current.handoffs
+            ):
                 return False
             txn.delete(rollout_id)
             return True

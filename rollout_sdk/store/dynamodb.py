@@ -54,6 +54,7 @@ _NUMBERS = (
     "delivered_at",
     "delivery_attempts",
     "next_attempt_at",
+    "handoffs",
 )
 _STRINGS = ("rollout_id", "slot", "fingerprint", "last_error")
 
@@ -176,7 +177,7 @@ class DynamoDBStore:
                 data[name] = json.loads(attr["S"])
             elif "N" in attr:
                 number = float(attr["N"])
-                integral = name in ("attempt", "delivery_attempts", "expires_at")
+                integral = name in ("attempt", "delivery_attempts", "expires_at", "handoffs")
                 data[name] = int(number) if integral else number
             elif "BOOL" in attr:
                 data[name] = attr["BOOL"]
@@ -349,12 +350,14 @@ class DynamoDBStore:
                             "Key": {"pk": {"S": ROLLOUT_PREFIX + rollout_id}},
                             "ConditionExpression": (
                                 "#state = :accepted AND slot = :slot AND expires_at > :now"
+                                " AND (attribute_not_exists(handoffs) OR handoffs = :zero)"
                             ),
                             "ExpressionAttributeNames": {"#state": "state"},
                             "ExpressionAttributeValues": {
                                 ":accepted": {"S": RecordState.ACCEPTED.value},
                                 ":slot": {"S": slot},
                                 ":now": _number(now),
+                                ":zero": _number(0),
                             },
                         }
                     },

@@ -55,10 +55,12 @@ def test_init_then_worker_runs_one_rollout_and_reports_once(
         {"rollout_id": "sample-rollout-0001", "attempt": 1, "api_key": CALLBACK_KEY}
     ]
 
+    # A duplicate before any worker claimed the rollout hands the same job off again (the first
+    # hand-off might still have failed); the worker's claim lets only one run.
     again = invoke(handler, "ApiFunction", _event("init.json", url), timeout_seconds=29)
     assert again.result["statusCode"] == 202
     assert again.result["body"] == init.result["body"]
-    assert again.dispatched == []  # a duplicate starts nothing
+    assert again.dispatched == init.dispatched
 
     worker_event = load_event(EVENTS / "worker.json")
     assert worker_event == init.dispatched[0]
@@ -71,6 +73,9 @@ def test_init_then_worker_runs_one_rollout_and_reports_once(
     }
     second = invoke(handler, "WorkerFunction", worker_event, timeout_seconds=900)
     assert second.result == {"status": "skipped", "rollout_id": "sample-rollout-0001"}
+    late = invoke(handler, "ApiFunction", _event("init.json", url), timeout_seconds=29)
+    assert late.result["body"] == init.result["body"]
+    assert late.dispatched == []  # once claimed, a duplicate starts nothing
 
     reports = traingate.completions["sample-rollout-0001"]
     assert len(reports) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -74,6 +75,17 @@ async def open_server() -> AsyncIterator[Server]:
         yield s
 
 
+async def claim_like_a_worker(server: Server, rollout_id: str = "rollout-1") -> None:
+    """Move the record to RUNNING, as the worker's claim does."""
+    moved = await server.store.transition(
+        rollout_id,
+        from_states=(RecordState.ACCEPTED,),
+        changes={"state": RecordState.RUNNING, "attempt": 1},
+        now=time.time(),
+    )
+    assert moved.applied
+
+
 # --------------------------------------------------------------------------- init
 
 
@@ -107,14 +119,29 @@ async def test_duplicate_identical_init_gets_identical_body_and_no_second_job(
     server: Server,
 ) -> None:
     first = await server.init()
+    await claim_like_a_worker(server)
     second = await server.init()
     assert (first.status_code, second.status_code) == (202, 202)
     assert second.content == first.content
     assert len(server.dispatcher.jobs) == 1
 
 
+async def test_duplicate_of_an_unclaimed_rollout_hands_it_off_again_with_the_same_job(
+    server: Server,
+) -> None:
+    # The first hand-off may yet fail; the duplicate answered 202, so it must make sure a
+    # worker gets the rollout. The worker's claim lets only one of the jobs run.
+    await server.init(api_key="old-callback-key")
+    second = await server.init(api_key="rotated-callback-key")
+    assert second.status_code == 202
+    first_job, second_job = server.dispatcher.jobs
+    assert (first_job.rollout_id, first_job.attempt) == (second_job.rollout_id, second_job.attempt)
+    assert second_job.api_key == "rotated-callback-key"
+
+
 async def test_request_differing_only_in_api_key_is_the_same_request(server: Server) -> None:
     first = await server.init(api_key="old-callback-key")
+    await claim_like_a_worker(server)
     second = await server.init(api_key="rotated-callback-key")
     assert second.status_code == 202
     assert second.content == first.content
