@@ -9,9 +9,11 @@ Table layout (one table, string hash key ``pk``; see ``template.yaml``)::
 late (up to days), so every read and condition treats ``expires_at <= now`` as absent, and a
 create may take over an expired item.
 
-Large values: the request and the final response are stored zlib-compressed (Binary). A value
-that is still over ``inline_limit`` bytes compressed goes to S3 (``bucket``), and the item keeps
-its key; without a bucket such a request is refused with a StoreError that says so.
+Large values: the request, the init response (the tools) and the final response are stored
+zlib-compressed (Binary). A value still over ``inline_limit`` bytes (100 KB) compressed goes to S3
+(``bucket``) under a content-addressed key, and the item keeps the key, so the three together never
+push an item past DynamoDB's 400 KB; without a bucket such a value is refused with a StoreError
+that says so.
 
 Nothing above this module sees botocore: ``ClientError`` and ``BotoCoreError`` become StoreError.
 """
@@ -23,8 +25,8 @@ import hashlib
 import json
 import math
 import zlib
-from collections.abc import Callable, Collection, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -36,16 +38,16 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_s3 import S3Client
 
-T = TypeVar("T")
 
 ROLLOUT_PREFIX = "rollout#"
 SLOT_PREFIX = "slot#"
 
-#: A DynamoDB item is at most 400 KB; leave room for the other attributes and names.
-DEFAULT_INLINE_LIMIT = 300 * 1024
+#: A DynamoDB item is at most 400 KB. Three compressed values (request, tools, response) of at
+#: most 100 KB each leave room for the other attributes; larger ones go to S3.
+DEFAULT_INLINE_LIMIT = 100 * 1024
 
-_BLOBS = ("request", "response")
-_JSON = ("init_response", "extra")
+_BLOBS = ("request", "response", "init_response")
+_JSON = ("extra",)
 _NUMBERS = (
     "attempt",
     "lease_until",
@@ -91,10 +93,6 @@ class DynamoDBStore:
 
     # ------------------------------------------------------------------ plumbing
 
-    async def _call(self, fn: Callable[[], T]) -> T:
-        # boto3 is synchronous; a worker thread keeps the event loop free while DynamoDB answers.
-        return await asyncio.to_thread(fn)
-
     def _fail(self, action: str, exc: Exception) -> StoreError:
         if isinstance(exc, ClientError):
             error = exc.response.get("Error", {})
@@ -114,7 +112,7 @@ class DynamoDBStore:
             raise StoreError(
                 f"the {name} of rollout {rollout_id!r} is {len(packed)} bytes compressed, over the "
                 f"{self._inline_limit}-byte inline limit of a DynamoDB item, and no S3 bucket is "
-                "configured for large values (LARGE_PAYLOAD_BUCKET)"
+                "configured for large values (PAYLOAD_BUCKET)"
             )
         # Content-addressed, so a losing create (a 409) can never overwrite the winner's object.
         key = f"{name}/{hashlib.sha256(rollout_id.encode()).hexdigest()[:16]}/{hashlib.sha256(packed).hexdigest()}"
@@ -191,94 +189,15 @@ class DynamoDBStore:
         return self._from_item(item)
 
     # ------------------------------------------------------------------ the port
+    # Each method does all of its work (encoding, S3 for large values, DynamoDB, decoding) in
+    # one worker thread: boto3 is synchronous, and one hop per operation keeps the loop free.
 
     async def create(self, record: RolloutRecord, *, now: float) -> CreateResult:
         """Claim the slot and the rollout id in one transaction."""
-        free = "attribute_not_exists(pk) OR expires_at <= :now"
-        values = {":now": _number(now)}
-        slot_item = {
-            "pk": {"S": SLOT_PREFIX + record.slot},
-            "rollout_id": {"S": record.rollout_id},
-            "expires_at": _ttl(record.expires_at),
-        }
-        rollout_item = self._to_item(record)
-
-        def write() -> None:
-            self._ddb.transact_write_items(
-                TransactItems=[
-                    {
-                        "Put": {
-                            "TableName": self.table_name,
-                            "Item": slot_item,
-                            "ConditionExpression": free,
-                            "ExpressionAttributeValues": values,
-                            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                        }
-                    },
-                    {
-                        "Put": {
-                            "TableName": self.table_name,
-                            "Item": rollout_item,
-                            "ConditionExpression": free,
-                            "ExpressionAttributeValues": values,
-                            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                        }
-                    },
-                ]
-            )
-
-        try:
-            await self._call(write)
-            return CreateResult(True, record)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
-                raise self._fail("create", exc) from exc
-            reasons = exc.response.get("CancellationReasons") or []
-        except BotoCoreError as exc:
-            raise self._fail("create", exc) from exc
-        return await self._resolve_conflict(record, reasons, now)
-
-    async def _resolve_conflict(
-        self, record: RolloutRecord, reasons: list[Any], now: float
-    ) -> CreateResult:
-        codes = [r.get("Code") for r in reasons] + [None, None]
-        if codes[0] == "ConditionalCheckFailed":
-            old = reasons[0].get("Item") or {}
-            holder_id = old.get("rollout_id", {}).get("S")
-            holder = await self.get(holder_id, now=now) if holder_id else None
-            if holder is not None:
-                return CreateResult(False, holder, "slot")
-        if codes[1] == "ConditionalCheckFailed":
-            holder = self._live(reasons[1].get("Item"), now)
-            if holder is None:
-                holder = await self.get(record.rollout_id, now=now)
-            if holder is not None:
-                return CreateResult(False, holder, "rollout_id")
-        if "TransactionConflict" in codes:
-            # Another create of the same slot is in flight; its outcome decides ours.
-            holder = await self.get(record.rollout_id, now=now)
-            if holder is not None:
-                return CreateResult(False, holder, "slot")
-        raise StoreError(
-            f"DynamoDB create of rollout {record.rollout_id!r} was cancelled "
-            f"({', '.join(str(c) for c in codes if c)}); retry the init"
-        )
+        return await asyncio.to_thread(self._create, record, now)
 
     async def get(self, rollout_id: str, *, now: float) -> RolloutRecord | None:
-        def read() -> dict[str, Any]:
-            return dict(
-                self._ddb.get_item(
-                    TableName=self.table_name,
-                    Key={"pk": {"S": ROLLOUT_PREFIX + rollout_id}},
-                    ConsistentRead=True,
-                )
-            )
-
-        try:
-            answer = await self._call(read)
-        except (ClientError, BotoCoreError) as exc:
-            raise self._fail("get", exc) from exc
-        return self._live(answer.get("Item"), now)
+        return await asyncio.to_thread(self._get, rollout_id, now)
 
     async def transition(
         self,
@@ -288,6 +207,99 @@ class DynamoDBStore:
         changes: Mapping[str, Any],
         now: float,
         attempt: int | None = None,
+    ) -> TransitionResult:
+        return await asyncio.to_thread(
+            self._transition, rollout_id, tuple(from_states), dict(changes), now, attempt
+        )
+
+    async def release(self, rollout_id: str, *, slot: str, now: float) -> bool:
+        return await asyncio.to_thread(self._release, rollout_id, slot, now)
+
+    async def scan(
+        self, states: Collection[RecordState], *, now: float, limit: int = 100
+    ) -> list[RolloutRecord]:
+        """Live records in ``states``. A full-table Scan: meant for sweeps and re-drive, which
+        run rarely; it reads every item, so its cost grows with the table."""
+        return await asyncio.to_thread(self._scan, tuple(states), now, limit)
+
+    async def close(self) -> None:
+        """boto3 clients need no closing; the process owns them."""
+
+    # ------------------------------------------------------------------ synchronous bodies
+
+    def _create(self, record: RolloutRecord, now: float) -> CreateResult:
+        free = "attribute_not_exists(pk) OR expires_at <= :now"
+        values = {":now": _number(now)}
+        slot_item = {
+            "pk": {"S": SLOT_PREFIX + record.slot},
+            "rollout_id": {"S": record.rollout_id},
+            "expires_at": _ttl(record.expires_at),
+        }
+        puts = [
+            {
+                "Put": {
+                    "TableName": self.table_name,
+                    "Item": item,
+                    "ConditionExpression": free,
+                    "ExpressionAttributeValues": values,
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                }
+            }
+            for item in (slot_item, self._to_item(record))
+        ]
+        try:
+            self._ddb.transact_write_items(TransactItems=puts)  # type: ignore[arg-type]
+            return CreateResult(True, record)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+                raise self._fail("create", exc) from exc
+            reasons = cast("list[Any]", exc.response.get("CancellationReasons") or [])
+        except BotoCoreError as exc:
+            raise self._fail("create", exc) from exc
+        return self._resolve_conflict(record, reasons, now)
+
+    def _resolve_conflict(
+        self, record: RolloutRecord, reasons: list[Any], now: float
+    ) -> CreateResult:
+        codes = [r.get("Code") for r in reasons] + [None, None]
+        if codes[0] == "ConditionalCheckFailed":
+            old = reasons[0].get("Item") or {}
+            holder_id = old.get("rollout_id", {}).get("S")
+            holder = self._get(holder_id, now) if holder_id else None
+            if holder is not None:
+                return CreateResult(False, holder, "slot")
+        if codes[1] == "ConditionalCheckFailed":
+            holder = self._live(reasons[1].get("Item"), now) or self._get(record.rollout_id, now)
+            if holder is not None:
+                return CreateResult(False, holder, "rollout_id")
+        if "TransactionConflict" in codes:
+            # Another create of the same slot is in flight; its outcome decides ours.
+            holder = self._get(record.rollout_id, now)
+            if holder is not None:
+                return CreateResult(False, holder, "slot")
+        raise StoreError(
+            f"DynamoDB create of rollout {record.rollout_id!r} was cancelled "
+            f"({', '.join(str(c) for c in codes if c)}); retry the init"
+        )
+
+    def _get(self, rollout_id: str, now: float) -> RolloutRecord | None:
+        try:
+            answer = self._ddb.get_item(
+                TableName=self.table_name,
+                Key={"pk": {"S": ROLLOUT_PREFIX + rollout_id}},
+                ConsistentRead=True,
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("get", exc) from exc
+        return self._live(answer.get("Item"), now)
+
+    def _transition(
+        self,
+        rollout_id: str,
+        from_states: tuple[RecordState, ...],
+        changes: dict[str, Any],
+        now: float,
+        attempt: int | None,
     ) -> TransitionResult:
         names: dict[str, str] = {"#state": "state", "#exp": "expires_at"}
         values: dict[str, Any] = {":now": _number(now)}
@@ -314,23 +326,17 @@ class DynamoDBStore:
             update += "SET " + ", ".join(sets)
         if removes:
             update += " REMOVE " + ", ".join(removes)
-
-        def write() -> dict[str, Any]:
-            return dict(
-                self._ddb.update_item(
-                    TableName=self.table_name,
-                    Key={"pk": {"S": ROLLOUT_PREFIX + rollout_id}},
-                    UpdateExpression=update.strip(),
-                    ConditionExpression=condition,
-                    ExpressionAttributeNames=names,
-                    ExpressionAttributeValues=values,
-                    ReturnValues="ALL_NEW",
-                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                )
-            )
-
         try:
-            answer = await self._call(write)
+            answer = self._ddb.update_item(
+                TableName=self.table_name,
+                Key={"pk": {"S": ROLLOUT_PREFIX + rollout_id}},
+                UpdateExpression=update.strip(),
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
                 old = cast("Mapping[str, Any] | None", exc.response.get("Item"))
@@ -340,40 +346,34 @@ class DynamoDBStore:
             raise self._fail("transition", exc) from exc
         return TransitionResult(True, self._from_item(answer["Attributes"]))
 
-    async def release(self, rollout_id: str, *, slot: str, now: float) -> bool:
-        def delete() -> None:
-            self._ddb.transact_write_items(
-                TransactItems=[
-                    {
-                        "Delete": {
-                            "TableName": self.table_name,
-                            "Key": {"pk": {"S": ROLLOUT_PREFIX + rollout_id}},
-                            "ConditionExpression": (
-                                "#state = :accepted AND slot = :slot AND expires_at > :now"
-                                " AND (attribute_not_exists(handoffs) OR handoffs = :zero)"
-                            ),
-                            "ExpressionAttributeNames": {"#state": "state"},
-                            "ExpressionAttributeValues": {
-                                ":accepted": {"S": RecordState.ACCEPTED.value},
-                                ":slot": {"S": slot},
-                                ":now": _number(now),
-                                ":zero": _number(0),
-                            },
-                        }
-                    },
-                    {
-                        "Delete": {
-                            "TableName": self.table_name,
-                            "Key": {"pk": {"S": SLOT_PREFIX + slot}},
-                            "ConditionExpression": "rollout_id = :rid",
-                            "ExpressionAttributeValues": {":rid": {"S": rollout_id}},
-                        }
-                    },
-                ]
-            )
-
+    def _release(self, rollout_id: str, slot: str, now: float) -> bool:
+        record_delete = {
+            "Delete": {
+                "TableName": self.table_name,
+                "Key": {"pk": {"S": ROLLOUT_PREFIX + rollout_id}},
+                "ConditionExpression": (
+                    "#state = :accepted AND slot = :slot AND expires_at > :now"
+                    " AND (attribute_not_exists(handoffs) OR handoffs = :zero)"
+                ),
+                "ExpressionAttributeNames": {"#state": "state"},
+                "ExpressionAttributeValues": {
+                    ":accepted": {"S": RecordState.ACCEPTED.value},
+                    ":slot": {"S": slot},
+                    ":now": _number(now),
+                    ":zero": _number(0),
+                },
+            }
+        }
+        slot_delete = {
+            "Delete": {
+                "TableName": self.table_name,
+                "Key": {"pk": {"S": SLOT_PREFIX + slot}},
+                "ConditionExpression": "rollout_id = :rid",
+                "ExpressionAttributeValues": {":rid": {"S": rollout_id}},
+            }
+        }
         try:
-            await self._call(delete)
+            self._ddb.transact_write_items(TransactItems=[record_delete, slot_delete])  # type: ignore[list-item]
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") == "TransactionCanceledException":
                 return False
@@ -382,44 +382,32 @@ class DynamoDBStore:
             raise self._fail("release", exc) from exc
         return True
 
-    async def scan(
-        self, states: Collection[RecordState], *, now: float, limit: int = 100
-    ) -> list[RolloutRecord]:
-        """Live records in ``states``. A full-table Scan: meant for sweeps and re-drive, which
-        run rarely; it reads every item, so its cost grows with the table."""
+    def _scan(self, states: tuple[RecordState, ...], now: float, limit: int) -> list[RolloutRecord]:
         values: dict[str, Any] = {":now": _number(now), ":prefix": {"S": ROLLOUT_PREFIX}}
         marks = []
         for index, state in enumerate(states):
             values[f":s{index}"] = {"S": RecordState(state).value}
             marks.append(f":s{index}")
-        expression = (
-            f"begins_with(pk, :prefix) AND #state IN ({', '.join(marks)}) AND expires_at > :now"
-        )
-
-        def read_all() -> list[dict[str, Any]]:
-            items: list[dict[str, Any]] = []
-            kwargs: dict[str, Any] = {
-                "TableName": self.table_name,
-                "FilterExpression": expression,
-                "ExpressionAttributeNames": {"#state": "state"},
-                "ExpressionAttributeValues": values,
-                "ConsistentRead": True,
-            }
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "FilterExpression": (
+                f"begins_with(pk, :prefix) AND #state IN ({', '.join(marks)}) AND expires_at > :now"
+            ),
+            "ExpressionAttributeNames": {"#state": "state"},
+            "ExpressionAttributeValues": values,
+            "ConsistentRead": True,
+        }
+        items: list[dict[str, Any]] = []
+        try:
             while True:
                 page = self._ddb.scan(**kwargs)
                 items.extend(page.get("Items", []))
                 last = page.get("LastEvaluatedKey")
                 if not last:
-                    return items
+                    break
                 kwargs["ExclusiveStartKey"] = last
-
-        try:
-            items = await self._call(read_all)
         except (ClientError, BotoCoreError) as exc:
             raise self._fail("scan", exc) from exc
         records = [self._from_item(item) for item in items]
         records.sort(key=lambda r: r.updated_at)
         return records[:limit]
-
-    async def close(self) -> None:
-        """boto3 clients need no closing; the process owns them."""

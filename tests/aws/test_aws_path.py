@@ -106,3 +106,21 @@ def test_metadata_over_the_limit_is_413_naming_the_setting(
     assert "OSMOSIS_ROLLOUT_MAX_METADATA_SIZE_BYTES" in json.loads(call.result["body"])["detail"]
     assert call.dispatched == []
     assert _raw_items(handler, resources) == []
+
+
+def test_a_large_request_and_a_large_response_fit_together(
+    handler: Any, resources: LocalResources, standin: tuple[TrainGateStandIn, str]
+) -> None:
+    # Each about 220 KB compressed: alone under an item's 400 KB, together over it.
+    traingate, url = standin
+    history = [{"role": "user", "content": os.urandom(1100).hex()} for _ in range(100)]
+    messages = [*history, {"role": "user", "content": "What is 6 * 7?"}]
+    accepted = invoke(
+        handler, "ApiFunction", _init_event(url, messages=messages), timeout_seconds=29
+    )
+    assert accepted.result["statusCode"] == 202
+    ran = invoke(handler, "WorkerFunction", accepted.dispatched[0], timeout_seconds=900)
+    assert ran.result["state"] == "DELIVERED"
+    report = traingate.completions["sample-rollout-0001"][0]
+    assert report["status"] == "COMPLETED"
+    assert len(report["final_messages"]) == len(messages) + 3
