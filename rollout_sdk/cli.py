@@ -68,7 +68,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             if endpoint is None:
                 emulator = EmbeddedMoto().start()
                 endpoint = emulator.endpoint_url
-            store = open_dynamodb_store(endpoint, template=args.template)
+            store = open_dynamodb_store(
+                endpoint, template=args.template, with_payload_bucket=emulator is not None
+            )
             where = f"DynamoDB at {endpoint}" + (
                 " (embedded moto, stopped on exit)" if emulator else ""
             )
@@ -95,6 +97,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_invoke(args: argparse.Namespace) -> int:
+    from botocore.exceptions import BotoCoreError, ClientError
+
     from . import invoke as inv
     from .errors import ConfigurationError
     from .local_aws import EmbeddedMoto, provision
@@ -107,10 +111,13 @@ def _cmd_invoke(args: argparse.Namespace) -> int:
     except ConfigurationError as exc:
         return _fail(str(exc), 1)
     agent = args.agent or str(template.get("Parameters", {}).get("AgentLoop", {}).get("Default"))
-    emulator = None if args.endpoint else EmbeddedMoto()
+    emulator: EmbeddedMoto | None = None
     standin_server = None
     try:
-        endpoint = args.endpoint or emulator.start().endpoint_url  # type: ignore[union-attr]
+        endpoint = args.endpoint
+        if endpoint is None:
+            emulator = EmbeddedMoto().start()
+            endpoint = emulator.endpoint_url
         resources = provision(
             endpoint, template_path=args.template, agent_loop=agent, server_key=args.server_key
         )
@@ -143,6 +150,8 @@ def _cmd_invoke(args: argparse.Namespace) -> int:
                     )
     except ConfigurationError as exc:
         return _fail(str(exc), 1)
+    except (BotoCoreError, ClientError) as exc:
+        return _fail(f"the AWS emulator at {endpoint} failed: {exc}", 1)
     finally:
         if standin_server is not None:
             standin_server[1].stop()

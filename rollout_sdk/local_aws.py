@@ -10,6 +10,7 @@ real AWS.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -162,6 +163,31 @@ def _dummy_zip() -> bytes:
     with zipfile.ZipFile(buffer, "w") as archive:
         archive.writestr("handler.py", "def worker(event, context):\n    return event\n")
     return buffer.getvalue()
+
+
+def provision_table(
+    endpoint_url: str,
+    *,
+    template_path: str | Path = DEFAULT_TEMPLATE,
+    table_name: str = "rollout-sdk-local-rollouts",
+) -> str:
+    """Create the template's rollout table (with TTL) on a DynamoDB-compatible endpoint, if it is
+    missing; nothing else is created there. Returns the table name."""
+    import boto3
+
+    template = load_template(template_path)
+    ddb = boto3.session.Session(region_name=LOCAL_REGION).client(
+        "dynamodb", endpoint_url=endpoint_url
+    )
+    if table_name not in ddb.list_tables()["TableNames"]:
+        ddb.create_table(**table_definition(template, table_name))
+        # Some emulators have no TTL; reads ignore expired records anyway.
+        with contextlib.suppress(ddb.exceptions.ClientError):
+            ddb.update_time_to_live(
+                TableName=table_name,
+                TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl_attribute(template)},
+            )
+    return table_name
 
 
 def provision(

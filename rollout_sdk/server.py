@@ -42,17 +42,36 @@ def open_store(kind: StoreKind, state_dir: str | Path = DEFAULT_STATE_DIR) -> St
 
 
 def open_dynamodb_store(
-    endpoint_url: str, *, template: str | Path = "template.yaml", max_connections: int = 64
+    endpoint_url: str,
+    *,
+    template: str | Path = "template.yaml",
+    max_connections: int = 64,
+    with_payload_bucket: bool = True,
 ) -> Store:
-    """The DynamoDB store on a local emulator, its table created from ``template``."""
+    """The DynamoDB store on a local endpoint, its table created from ``template`` if missing.
+
+    ``with_payload_bucket`` also creates an S3 bucket there for values too large for an item
+    (moto has S3; a DynamoDB-only emulator does not, and then such values are refused).
+    Raises StoreError when the endpoint cannot be used.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from .errors import StoreError
     from .lambda_runtime import AwsClients
-    from .local_aws import provision
+    from .local_aws import provision_table, use_fake_aws_credentials
     from .store.dynamodb import DynamoDBStore
 
-    resources = provision(endpoint_url, template_path=template)
+    use_fake_aws_credentials()
     clients = AwsClients(endpoint_url=endpoint_url, max_pool_connections=max_connections)
+    bucket = "rollout-sdk-local-payloads" if with_payload_bucket else None
+    try:
+        table = provision_table(endpoint_url, template_path=template)
+        if bucket:
+            clients.s3.create_bucket(Bucket=bucket)
+    except (BotoCoreError, ClientError) as exc:
+        raise StoreError(f"cannot use the DynamoDB endpoint {endpoint_url}: {exc}") from exc
     return DynamoDBStore(
-        resources.table_name, client=clients.dynamodb, s3=clients.s3, bucket=resources.bucket
+        table, client=clients.dynamodb, s3=clients.s3 if bucket else None, bucket=bucket
     )
 
 

@@ -76,3 +76,49 @@ def test_serve_on_the_dynamodb_store_holds_a_load() -> None:
     assert report.ok, report.summary()
     assert report.statuses == {"COMPLETED": 40}
     assert report.duplicates == 0
+
+
+def test_serve_on_a_given_endpoint_creates_only_the_table(
+    moto_endpoint: str, tmp_path: Path
+) -> None:
+    import boto3
+    import httpx
+
+    from bench.load import HTTPSubprocess
+    from rollout_sdk.uvicorn_thread import free_port
+
+    port = free_port()
+    argv = [*CLI, "serve", "--agent", "examples.calculator.agent:agent_loop", "--port", str(port)]
+    argv += ["--store", "dynamodb", "--dynamodb-endpoint", moto_endpoint, "--log-level", "warning"]
+    server = HTTPSubprocess(
+        argv,
+        url=f"http://127.0.0.1:{port}",
+        log_path=tmp_path / "serve.log",
+        env={"PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+    )
+    with server:
+        assert httpx.get(f"{server.url}/health", timeout=5).json()["agent_loop"] == "calculator"
+    session = boto3.session.Session(region_name="us-east-1")
+    tables = session.client("dynamodb", endpoint_url=moto_endpoint).list_tables()["TableNames"]
+    assert "rollout-sdk-local-rollouts" in tables
+    functions = session.client("lambda", endpoint_url=moto_endpoint).list_functions()["Functions"]
+    assert not [f for f in functions if f["FunctionName"].startswith("rollout-sdk-local")]
+    buckets = session.client("s3", endpoint_url=moto_endpoint).list_buckets()["Buckets"]
+    assert not [b for b in buckets if b["Name"].startswith("rollout-sdk-local")]
+
+
+def test_serve_reports_an_unreachable_endpoint_without_a_traceback() -> None:
+    done = _run(
+        "serve",
+        "--agent",
+        "examples.calculator.agent:agent_loop",
+        "--store",
+        "dynamodb",
+        "--dynamodb-endpoint",
+        "http://127.0.0.1:9",
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert "cannot use the DynamoDB endpoint http://127.0.0.1:9" in done.stderr
+    assert "Traceback" not in done.stderr
