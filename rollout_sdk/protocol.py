@@ -135,8 +135,8 @@ class RolloutRequest(_Wire):
     max_turns: int = 10
     max_tokens_total: int = 8192
     metadata: dict[str, Any] = Field(default_factory=dict)
-    api_key: str | None = None
-    idempotency_key: str | None = None
+    api_key: str | None = Field(default=None, repr=False)
+    idempotency_key: str | None = Field(default=None, max_length=1024)
 
     @field_validator("rollout_id")
     @classmethod
@@ -144,6 +144,12 @@ class RolloutRequest(_Wire):
         if not value.strip():
             raise ValueError("rollout_id must not be blank")
         return value
+
+    @field_validator("idempotency_key")
+    @classmethod
+    def _blank_key_is_no_key(cls, value: str | None) -> str | None:
+        # A blank key would make every keyless-looking rollout collide; treat it as absent.
+        return None if value is not None and not value.strip() else value
 
     @field_validator("server_url")
     @classmethod

@@ -57,7 +57,10 @@ class RolloutService:
             check_tool(index, tool, problems, [])
             if problems:
                 raise AgentToolsError("; ".join(str(p) for p in problems))
-            tools.append(OpenAIFunctionToolSchema.model_validate(tool))
+            try:
+                tools.append(OpenAIFunctionToolSchema.model_validate(tool))
+            except ValueError as exc:
+                raise AgentToolsError(f"tools[{index}] is not a valid tool: {exc}") from exc
         return tools
 
     def check_size(self, request: RolloutRequest) -> None:

@@ -94,19 +94,30 @@ def _describe(exc: ValidationError, prefix: str | None = None) -> str:
 
 
 def load_settings(**overrides: Any) -> RolloutSettings:
-    """Read the settings from the environment; raise ConfigurationError naming each bad variable."""
+    """Read the settings from the environment; ConfigurationError naming every bad variable."""
+    problems: list[str] = []
+    client: RolloutClientSettings | None = None
+    server: RolloutServerSettings | None = None
     try:
         client = RolloutClientSettings(**overrides.pop("client", {}))
     except ValidationError as exc:
-        raise ConfigurationError(_describe(exc, CLIENT_PREFIX)) from exc
+        problems.append(_describe(exc, CLIENT_PREFIX))
     try:
         server = RolloutServerSettings(**overrides.pop("server", {}))
     except ValidationError as exc:
-        raise ConfigurationError(_describe(exc, SERVER_PREFIX)) from exc
+        problems.append(_describe(exc, SERVER_PREFIX))
     try:
-        return RolloutSettings(client=client, server=server, **overrides)
+        top = RolloutSettings(
+            client=client or RolloutClientSettings.model_construct(),
+            server=server or RolloutServerSettings.model_construct(),
+            **overrides,
+        )
     except ValidationError as exc:
-        raise ConfigurationError(_describe(exc)) from exc
+        problems.append(_describe(exc))
+    if problems:
+        lines = [line for p in problems for line in p.splitlines()[1:]]
+        raise ConfigurationError("invalid settings:\n" + "\n".join(lines))
+    return top
 
 
 _configured: RolloutSettings | None = None

@@ -1,7 +1,8 @@
 """``validate_agent_loop``: everything wrong with an agent loop, found before it serves.
 
-Error and warning codes are the v1 SDK's. Kit rule: a tool without a description is an *error*
-(``MISSING_FUNCTION_DESCRIPTION``): the reference only warned, and init then failed with a 500.
+Error and warning codes are the v1 SDK's. Kit rule: a tool without a description
+(``MISSING_FUNCTION_DESCRIPTION``) or of a type other than ``function`` (``UNKNOWN_TOOL_TYPE``) is an
+*error*: the reference only warned, and init then failed with a 500.
 """
 
 from __future__ import annotations
@@ -79,9 +80,12 @@ def check_tool(
     if "type" not in tool:
         errors.append(ValidationError("MISSING_TOOL_TYPE", 'add "type": "function"', where))
     elif tool["type"] != "function":
-        warnings.append(
+        # Kit rule: an error, where the reference warned; init cannot serve such a tool.
+        errors.append(
             ValidationError(
-                "UNKNOWN_TOOL_TYPE", f"type {tool['type']!r} is not 'function'", f"{where}.type"
+                "UNKNOWN_TOOL_TYPE",
+                f"type {tool['type']!r} is not 'function' (the only tool type of the protocol)",
+                f"{where}.type",
             )
         )
     if "function" not in tool:

@@ -449,3 +449,27 @@ async def test_docs_can_be_turned_off() -> None:
 )
 def test_parse_authorization(raw: bytes | None, expected: bytes | None) -> None:
     assert parse_authorization(raw) == expected
+
+
+async def test_a_blank_idempotency_key_is_no_key(server: Server) -> None:
+    first = await server.init(rollout_id="a", idempotency_key="")
+    second = await server.init(rollout_id="b", idempotency_key="  ")
+    assert (first.status_code, second.status_code) == (202, 202)  # no collision on ""
+    assert len(server.dispatcher.jobs) == 2
+
+
+async def test_an_idempotency_key_over_1024_characters_is_422_naming_the_field(
+    server: Server,
+) -> None:
+    answer = await server.init(idempotency_key="k" * 1025)
+    assert answer.status_code == 422
+    assert "idempotency_key" in answer.text
+    assert server.dispatcher.jobs == []
+
+
+def test_the_callback_key_is_not_in_a_requests_repr() -> None:
+    from .support import make_request
+
+    request = make_request(api_key="secret-callback-key")
+    assert "secret-callback-key" not in repr(request)
+    assert "secret-callback-key" not in str(request)

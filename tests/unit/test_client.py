@@ -385,3 +385,10 @@ async def test_http_client_uses_the_configured_timeout() -> None:
     )
     assert client.http.timeout == httpx.Timeout(12.5)
     await client.aclose()
+
+
+def test_pool_limits_take_effect() -> None:
+    client = TrainGateClient(RolloutClientSettings(max_connections=7, max_keepalive_connections=3))
+    # httpx keeps the pool private; its httpcore pool is where the limits bind.
+    pool = client.http._transport._pool  # type: ignore[attr-defined]
+    assert (pool._max_connections, pool._max_keepalive_connections) == (7, 3)

@@ -177,3 +177,18 @@ def test_metadata_limit_v1_api() -> None:
     with pytest.raises(ConfigurationError, match="OSMOSIS_ROLLOUT_MAX_METADATA_SIZE_BYTES"):
         set_max_metadata_size_bytes(1)
     assert get_max_metadata_size_bytes() == 4096
+
+
+def test_every_bad_variable_is_named_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OSMOSIS_ROLLOUT_CLIENT_TIMEOUT_SECONDS", "-1")
+    monkeypatch.setenv("OSMOSIS_ROLLOUT_SERVER_MAX_CONCURRENT_ROLLOUTS", "0")
+    monkeypatch.setenv("OSMOSIS_ROLLOUT_MAX_METADATA_SIZE_BYTES", "1")
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings()
+    message = str(caught.value)
+    for name in (
+        "OSMOSIS_ROLLOUT_CLIENT_TIMEOUT_SECONDS",
+        "OSMOSIS_ROLLOUT_SERVER_MAX_CONCURRENT_ROLLOUTS",
+        "OSMOSIS_ROLLOUT_MAX_METADATA_SIZE_BYTES",
+    ):
+        assert name in message

@@ -155,13 +155,19 @@ def test_duplicate_tool_name_points_at_both() -> None:
     assert "tools[0]" in error.message
 
 
+def test_a_tool_type_other_than_function_is_an_error() -> None:
+    # Kit rule: the reference only warned, and init then failed with a 500.
+    result = validate_agent_loop(
+        Loop([{"type": "retrieval", "function": {"name": "t", "description": "d"}}])
+    )
+    assert result.valid is False
+    (error,) = result.errors
+    assert (error.code, error.field) == ("UNKNOWN_TOOL_TYPE", "tools[0].type")
+
+
 @pytest.mark.parametrize(
     ("tools", "code"),
     [
-        (
-            [{"type": "retrieval", "function": {"name": "t", "description": "d"}}],
-            "UNKNOWN_TOOL_TYPE",
-        ),
         ([tool(parameters={"type": "array"})], "PARAMETERS_TYPE_NOT_OBJECT"),
     ],
 )
