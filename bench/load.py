@@ -24,12 +24,12 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Self, TextIO
 
 import httpx
 
 from rollout_sdk.demo import Progress, percentile
+from rollout_sdk.lifecycle import StartStop
 from rollout_sdk.standin import TrainGateStandIn
 from rollout_sdk.uvicorn_thread import ServerThread, free_port
 
@@ -64,7 +64,7 @@ class ServerStartError(RuntimeError):
     """The server subprocess exited or did not answer /health in time (message has its log)."""
 
 
-class HTTPSubprocess:
+class HTTPSubprocess(StartStop):
     """A server subprocess answering ``GET {url}{health_path}``, until ``stop``.
 
     ``with HTTPSubprocess(argv, ...) as server: server.url`` — stopped (terminate, then kill)
@@ -147,17 +147,6 @@ class HTTPSubprocess:
         except OSError:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:])
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 class ServerProcess(HTTPSubprocess):

@@ -19,10 +19,10 @@ import urllib.request
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from .errors import ConfigurationError
+from .lifecycle import StartStop
 
 DEFAULT_TEMPLATE = Path("template.yaml")
 LOCAL_REGION = "us-east-1"
@@ -98,7 +98,7 @@ def ttl_attribute(template: dict[str, Any]) -> str:
     return str(spec["AttributeName"])
 
 
-class EmbeddedMoto:
+class EmbeddedMoto(StartStop):
     """moto's server on 127.0.0.1 (a free port), Lambda set to echo invokes without Docker."""
 
     def __init__(self, *, port: int = 0) -> None:
@@ -132,17 +132,6 @@ class EmbeddedMoto:
     def stop(self) -> None:
         """Stop the server (its data is gone)."""
         self._server.stop()
-
-    def __enter__(self) -> EmbeddedMoto:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 @dataclass

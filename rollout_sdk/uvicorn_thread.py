@@ -5,10 +5,11 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from types import TracebackType
 from typing import Any
 
 import uvicorn
+
+from .lifecycle import StartStop
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -18,7 +19,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-class ServerThread:
+class ServerThread(StartStop):
     """``with ServerThread(app) as server: server.url`` serves until the block ends."""
 
     def __init__(
@@ -69,14 +70,3 @@ class ServerThread:
         self.server.should_exit = True
         if self._thread.is_alive():
             self._thread.join(timeout)
-
-    def __enter__(self) -> ServerThread:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
