@@ -18,6 +18,7 @@ from .protocol import DEFAULT_MAX_METADATA_SIZE_BYTES
 CLIENT_PREFIX = "OSMOSIS_ROLLOUT_CLIENT_"
 SERVER_PREFIX = "OSMOSIS_ROLLOUT_SERVER_"
 TOP_PREFIX = "OSMOSIS_ROLLOUT_"
+KIT_PREFIX = "ROLLOUT_SDK_"
 
 
 class RolloutClientSettings(BaseSettings):
@@ -58,19 +59,59 @@ class RolloutServerSettings(BaseSettings):
     request_timeout_seconds: float = Field(600.0, gt=0, le=7 * 24 * 3600)
 
 
+class KitSettings(BaseSettings):
+    """The kit's own settings, beyond the v1 names (``ROLLOUT_SDK_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix=KIT_PREFIX, extra="ignore")
+
+    #: Largest init body accepted; over it, 413 before the body is parsed (Lambda's synchronous
+    #: payload limit is 6 MB, so more could never arrive there).
+    max_body_bytes: int = Field(6 * 1024 * 1024, ge=64 * 1024, le=256 * 1024 * 1024)
+    #: Hosts ``server_url`` may name (comma-separated; empty allows any host).
+    allowed_server_hosts: str = ""
+    #: Accept ``server_url`` hosts in 169.254.0.0/16 and fe80::/10 (cloud metadata lives there).
+    allow_link_local: bool = False
+    #: Rollouts one local process holds beyond those running; past it, init answers 429.
+    #: 0 refuses at the concurrency limit.
+    max_queued_rollouts: int = Field(1000, ge=0, le=1_000_000)
+    #: Seconds a 429 tells TrainGate to wait (Retry-After).
+    retry_after_seconds: int = Field(2, ge=1, le=3600)
+    #: A running rollout's lease: renewed every ``heartbeat_seconds``; a lease not renewed for
+    #: this long belongs to a worker that died.
+    lease_seconds: float = Field(60.0, ge=5, le=3600)
+    heartbeat_seconds: float = Field(15.0, ge=1, le=1800)
+    #: How often the re-drive sends undelivered final responses again, and for how long.
+    redrive_interval_seconds: float = Field(30.0, ge=1, le=3600)
+    redrive_max_age_seconds: int = Field(86400, ge=60, le=30 * 24 * 3600)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KitSettings:
+        if self.heartbeat_seconds * 2 > self.lease_seconds:
+            raise ValueError(
+                f"{KIT_PREFIX}HEARTBEAT_SECONDS ({self.heartbeat_seconds:g}) must be at most half "
+                f"of {KIT_PREFIX}LEASE_SECONDS ({self.lease_seconds:g})"
+            )
+        return self
+
+    def allowed_hosts(self) -> frozenset[str]:
+        """The host allowlist, lower-cased; empty means any host."""
+        return frozenset(h.strip().lower() for h in self.allowed_server_hosts.split(",") if h.strip())
+
+
 class RolloutSettings(BaseSettings):
-    """All settings; ``client`` and ``server`` read their own prefixes."""
+    """All settings; ``client``, ``server`` and ``kit`` read their own prefixes."""
 
     model_config = SettingsConfigDict(env_prefix=TOP_PREFIX, extra="ignore")
 
     client: RolloutClientSettings = Field(default_factory=RolloutClientSettings)
     server: RolloutServerSettings = Field(default_factory=RolloutServerSettings)
+    kit: KitSettings = Field(default_factory=KitSettings)
     max_metadata_size_bytes: int = Field(
         DEFAULT_MAX_METADATA_SIZE_BYTES, ge=1024, le=100 * 1024 * 1024
     )
 
 
-_PREFIX_BY_LOCATION = {"client": CLIENT_PREFIX, "server": SERVER_PREFIX}
+_PREFIX_BY_LOCATION = {"client": CLIENT_PREFIX, "server": SERVER_PREFIX, "kit": KIT_PREFIX}
 
 
 def _variable_name(loc: tuple[Any, ...]) -> str:
@@ -106,10 +147,16 @@ def load_settings(**overrides: Any) -> RolloutSettings:
         server = RolloutServerSettings(**overrides.pop("server", {}))
     except ValidationError as exc:
         problems.append(_describe(exc, SERVER_PREFIX))
+    kit: KitSettings | None = None
+    try:
+        kit = KitSettings(**overrides.pop("kit", {}))
+    except ValidationError as exc:
+        problems.append(_describe(exc, KIT_PREFIX))
     try:
         top = RolloutSettings(
             client=client or RolloutClientSettings.model_construct(),
             server=server or RolloutServerSettings.model_construct(),
+            kit=kit or KitSettings.model_construct(),
             **overrides,
         )
     except ValidationError as exc:
