@@ -101,6 +101,8 @@ class RolloutRecord:
     next_attempt_at: float | None = None
     last_error: str | None = None
     handoffs: int = 0
+    #: The callback key, sealed by a KeyVault; only while a report may still need it.
+    sealed_key: str | None = field(default=None, repr=False)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -127,6 +129,10 @@ class RolloutRecord:
     def evolve(self, **changes: Any) -> RolloutRecord:
         """A copy with ``changes`` applied."""
         return replace(self, **changes)
+
+    def lease_free(self, now: float) -> bool:
+        """Nobody holds the record's lease (running or delivering) at ``now``."""
+        return self.lease_until is None or self.lease_until < now
 
     def is_expired(self, now: float) -> bool:
         """TTL has passed; reads treat the record as absent."""

@@ -56,9 +56,11 @@ class Store(Protocol):
         changes: Mapping[str, Any],
         now: float,
         attempt: int | None = None,
+        lease_free_at: float | None = None,
     ) -> TransitionResult:
         """Apply ``changes`` if the live record is in one of ``from_states`` (and, when given, on
-        ``attempt``); otherwise change nothing and return the current record."""
+        ``attempt``, and with no lease held at ``lease_free_at``: ``lease_until`` unset or
+        earlier); otherwise change nothing and return the current record."""
         ...
 
     async def release(self, rollout_id: str, *, slot: str, now: float) -> bool:
@@ -135,12 +137,15 @@ class TransactionalStore(abc.ABC):
         changes: Mapping[str, Any],
         now: float,
         attempt: int | None = None,
+        lease_free_at: float | None = None,
     ) -> TransitionResult:
         with self._transaction() as txn:
             current = _live(txn.by_id(rollout_id), now)
             if current is None or current.state not in from_states:
                 return TransitionResult(False, current)
             if attempt is not None and current.attempt != attempt:
+                return TransitionResult(False, current)
+            if lease_free_at is not None and not current.lease_free(lease_free_at):
                 return TransitionResult(False, current)
             updated = current.evolve(**changes)
             txn.put(updated)

@@ -58,7 +58,7 @@ _NUMBERS = (
     "next_attempt_at",
     "handoffs",
 )
-_STRINGS = ("rollout_id", "slot", "fingerprint", "last_error")
+_STRINGS = ("rollout_id", "slot", "fingerprint", "last_error", "sealed_key")
 
 
 def _number(value: float | int) -> dict[str, str]:
@@ -207,9 +207,16 @@ class DynamoDBStore:
         changes: Mapping[str, Any],
         now: float,
         attempt: int | None = None,
+        lease_free_at: float | None = None,
     ) -> TransitionResult:
         return await asyncio.to_thread(
-            self._transition, rollout_id, tuple(from_states), dict(changes), now, attempt
+            self._transition,
+            rollout_id,
+            tuple(from_states),
+            dict(changes),
+            now,
+            attempt,
+            lease_free_at,
         )
 
     async def release(self, rollout_id: str, *, slot: str, now: float) -> bool:
@@ -300,6 +307,7 @@ class DynamoDBStore:
         changes: dict[str, Any],
         now: float,
         attempt: int | None,
+        lease_free_at: float | None = None,
     ) -> TransitionResult:
         names: dict[str, str] = {"#state": "state", "#exp": "expires_at"}
         values: dict[str, Any] = {":now": _number(now)}
@@ -312,6 +320,10 @@ class DynamoDBStore:
             names["#attempt"] = "attempt"
             values[":attempt"] = _number(attempt)
             condition += " AND #attempt = :attempt"
+        if lease_free_at is not None:
+            names["#lease"] = "lease_until"
+            values[":lease_free"] = _number(lease_free_at)
+            condition += " AND (attribute_not_exists(#lease) OR #lease < :lease_free)"
         sets, removes = [], []
         for index, (name, value) in enumerate(changes.items()):
             names[f"#f{index}"] = name

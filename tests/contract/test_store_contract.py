@@ -404,3 +404,53 @@ async def test_concurrent_claims_of_one_record_exactly_one_wins(store: Store) ->
     assert stored.state == RecordState.RUNNING
     assert stored.attempt == winners[0]
     assert stored.lease_until == NOW + winners[0]
+
+
+async def test_transition_can_require_a_free_lease(store: Store) -> None:
+    await store.create(make_record(), now=NOW)
+    held = await store.transition(
+        "r-1",
+        from_states=(RecordState.ACCEPTED,),
+        changes={"state": RecordState.RUNNING, "attempt": 1, "lease_until": NOW + 60},
+        now=NOW,
+        lease_free_at=NOW,
+    )
+    assert held.applied  # no lease yet: free
+    taken = await store.transition(
+        "r-1",
+        from_states=(RecordState.RUNNING,),
+        changes={"lease_until": NOW + 120},
+        now=NOW + 30,
+        lease_free_at=NOW + 30,
+    )
+    assert not taken.applied  # still held until NOW + 60
+    assert taken.record is not None and taken.record.lease_until == NOW + 60
+    expired = await store.transition(
+        "r-1",
+        from_states=(RecordState.RUNNING,),
+        changes={"lease_until": None},
+        now=NOW + 61,
+        lease_free_at=NOW + 61,
+    )
+    assert expired.applied
+    assert expired.record is not None and expired.record.lease_until is None
+    again = await store.transition(
+        "r-1",
+        from_states=(RecordState.RUNNING,),
+        changes={"lease_until": NOW + 200},
+        now=NOW + 62,
+        lease_free_at=NOW + 62,
+    )
+    assert again.applied  # a removed lease is free
+
+
+async def test_the_sealed_key_round_trips_and_is_not_in_the_repr(store: Store) -> None:
+    record = make_record().evolve(sealed_key="c2VhbGVk")
+    await store.create(record, now=NOW)
+    got = await store.get("r-1", now=NOW)
+    assert got is not None and got.sealed_key == "c2VhbGVk"
+    assert "c2VhbGVk" not in repr(got)
+    cleared = await store.transition(
+        "r-1", from_states=(RecordState.ACCEPTED,), changes={"sealed_key": None}, now=NOW
+    )
+    assert cleared.record is not None and cleared.record.sealed_key is None
