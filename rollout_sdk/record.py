@@ -96,6 +96,7 @@ class RolloutRecord:
     created_at: float = 0.0
     updated_at: float = 0.0
     expires_at: int = 0
+    finished_at: float | None = None
     delivered_at: float | None = None
     delivery_attempts: int = 0
     next_attempt_at: float | None = None

@@ -3,13 +3,18 @@
 The same code runs in the local server (through the in-process dispatcher) and in the worker
 Lambda. Each step is a conditional move of the record (see :mod:`rollout_sdk.record`):
 
-1. claim ACCEPTED -> RUNNING on this attempt, with a lease; losing the claim means another
-   delivery of the same job owns the rollout, so nothing runs;
+1. claim ACCEPTED -> RUNNING on this attempt, with a short lease that a heartbeat renews while
+   the agent runs; losing the claim means another delivery of the same job owns the rollout, so
+   nothing runs (unless the owner's lease ran out: then the owner died, see ``settle``);
 2. run the agent under the rollout's deadline; every outcome, exception and timeout included,
    becomes one ``RolloutResponse``;
 3. finish RUNNING -> FINISHED, storing that response before any callback (the outbox);
-4. deliver it: DELIVERED on a 2xx, UNDELIVERABLE on a final 4xx, else FINISHED with
-   ``next_attempt_at`` for re-drive.
+4. deliver it, holding the lease: DELIVERED on a 2xx, UNDELIVERABLE on a final 4xx, else parked
+   (FINISHED with ``next_attempt_at`` and the callback key sealed) for the re-drive.
+
+``settle`` ends a rollout whose worker failed or died: the stored response is sent if there is
+one, else an ERROR naming the failure; every path goes through the same conditional moves, so a
+rollout gets one final response however many recoverers race.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,10 +41,11 @@ from .protocol import RolloutMetrics, RolloutResponse, RolloutStatus
 from .record import RecordState, RolloutRecord, expiry
 
 if TYPE_CHECKING:
-    from .client import TrainGateClient
+    from .client import DeliveryResult, TrainGateClient
     from .dispatch.base import Job
     from .settings import RolloutSettings
     from .store.base import Store, TransitionResult
+    from .vault import KeyVault
 
 logger = logging.getLogger("rollout_sdk.worker")
 
@@ -117,7 +124,11 @@ def _to_response(
 
 
 class RolloutWorker:
-    """Runs rollouts for one agent loop against one store and one shared TrainGate client."""
+    """Runs rollouts for one agent loop against one store and one shared TrainGate client.
+
+    ``vault`` seals callback keys: a response parked for re-drive keeps its key sealed, and the
+    local server (``seal_at_init`` in the service) keeps it sealed while the rollout is in flight.
+    """
 
     def __init__(
         self,
@@ -126,6 +137,7 @@ class RolloutWorker:
         client: TrainGateClient,
         settings: RolloutSettings,
         *,
+        vault: KeyVault | None = None,
         debug_dir: str | Path | None = None,
         clock: Clock = time.time,
     ) -> None:
@@ -133,18 +145,42 @@ class RolloutWorker:
         self.store = store
         self.client = client
         self.settings = settings
+        self.vault = vault
         self.debug_dir = debug_dir
         self.clock = clock
+        #: Cancel signals of the rollouts this process is running (cancel reaches them at once).
+        self.cancels: dict[str, asyncio.Event] = {}
 
     def _ttl(self) -> float:
         return float(self.settings.server.record_ttl_seconds)
+
+    @property
+    def _lease(self) -> float:
+        return float(self.settings.kit.lease_seconds)
+
+    # ------------------------------------------------------------------ running
 
     async def run(self, job: Job, *, deadline_seconds: float | None = None) -> RolloutRecord | None:
         """Run one job to its final record; None when this delivery does not own the rollout.
 
         ``deadline_seconds`` shortens the rollout's time (the Lambda's remaining time); the
-        request-timeout setting bounds it in every mode.
+        request-timeout setting bounds it in every mode. A failure of the kit itself (not the
+        agent's) still ends the rollout with a reported ERROR.
         """
+        try:
+            return await self._run(job, deadline_seconds)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.exception("the worker failed", extra={"rollout_id": job.rollout_id})
+            return await self.settle(
+                job.rollout_id,
+                reason=f"the worker failed: {type(exc).__name__}: {exc}",
+                api_key=job.api_key,
+                owner_attempt=job.attempt,
+            )
+
+    async def _run(self, job: Job, deadline_seconds: float | None) -> RolloutRecord | None:
         budget = float(self.settings.server.request_timeout_seconds)
         if deadline_seconds is not None:
             budget = min(budget, deadline_seconds)
@@ -155,28 +191,22 @@ class RolloutWorker:
             changes={
                 "state": RecordState.RUNNING,
                 "attempt": job.attempt,
-                "lease_until": now + budget,
+                "lease_until": now + self._lease,
                 "updated_at": now,
                 "expires_at": expiry(now, self._ttl() + budget),
             },
             now=now,
         )
         if not claim.applied or claim.record is None:
-            current = claim.record
-            # Absent means expired or never created: a job with no record to run is a rollout
-            # that will not be reported, so say so loudly.
-            log = logger.info if current is not None else logger.error
-            log(
-                "claim lost; nothing to run",
-                extra={
-                    "rollout_id": job.rollout_id,
-                    "state": current.state.value if current else "absent",
-                },
-            )
-            return None
+            return await self._claim_lost(job, claim.record)
         record = claim.record
         logger.info("rollout claimed", extra={"rollout_id": job.rollout_id, "attempt": job.attempt})
-        response = await self._execute(record, job, budget)
+        if record.cancel_requested:
+            response = error_response(
+                job.rollout_id, "rollout cancelled before it started", finish_reason="cancelled"
+            )
+        else:
+            response = await self._execute(record, job, budget)
         try:
             finished = await self._finish(job, response)
         except StoreError as exc:
@@ -186,15 +216,14 @@ class RolloutWorker:
                 "final response not stored; storing an ERROR instead",
                 extra={"rollout_id": job.rollout_id, "error": str(exc)},
             )
-            fallback = error_response(
+            response = error_response(
                 job.rollout_id,
                 f"the final response could not be stored: {exc}",
                 metrics=response.metrics,
             )
-            finished = await self._finish(job, fallback)
-            response = fallback
+            finished = await self._finish(job, response)
         if not finished.applied or finished.record is None:
-            # Someone else (a recovery sweep) fixed the final response first; theirs stands.
+            # Someone else (a recovery) fixed the final response first; theirs stands.
             logger.warning(
                 "finish lost; keeping the stored response", extra={"rollout_id": job.rollout_id}
             )
@@ -205,24 +234,122 @@ class RolloutWorker:
         )
         return await self.deliver(finished.record, api_key=job.api_key)
 
+    async def _claim_lost(self, job: Job, current: RolloutRecord | None) -> RolloutRecord | None:
+        if current is None:
+            # Expired or never created: a job with no record to run is a rollout that will not
+            # be reported, so say so loudly.
+            logger.error("claim lost; no record to run", extra={"rollout_id": job.rollout_id})
+            return None
+        if current.state in (RecordState.RUNNING, RecordState.FINISHED):
+            # Another delivery of this job owns the rollout, or owned it and died: a live owner
+            # renews its lease every heartbeat, a dead one lets it run out.
+            return await self._watch_owner(job, current)
+        logger.info(
+            "claim lost; nothing to run",
+            extra={"rollout_id": job.rollout_id, "state": current.state.value},
+        )
+        return None
+
+    async def _watch_owner(self, job: Job, current: RolloutRecord) -> RolloutRecord | None:
+        """Wait until the owner reports (None), renews its lease (None: it is alive), or lets the
+        lease run out (it died: settle the rollout with this job's callback key)."""
+        poll = min(1.0, float(self.settings.kit.heartbeat_seconds) / 4)
+        first_lease = current.lease_until
+        record: RolloutRecord | None = current
+        while record is not None and record.state in (RecordState.RUNNING, RecordState.FINISHED):
+            now = self.clock()
+            if record.lease_free(now):
+                return await self.settle(
+                    job.rollout_id,
+                    reason="the worker that ran this rollout stopped before reporting it",
+                    api_key=job.api_key,
+                )
+            if record.lease_until != first_lease:
+                break  # renewed: the owner is alive and will report
+            await asyncio.sleep(min(poll, (record.lease_until or now) - now + 0.05))
+            record = await self.store.get(job.rollout_id, now=self.clock())
+        logger.info("claim lost; the owner reports it", extra={"rollout_id": job.rollout_id})
+        return None
+
     async def _finish(self, job: Job, response: RolloutResponse) -> TransitionResult:
-        """RUNNING -> FINISHED on this job's attempt, with the final response."""
+        """RUNNING -> FINISHED on this job's attempt, with the final response and the lease for
+        delivering it."""
         now = self.clock()
         return await self.store.transition(
             job.rollout_id,
             from_states=(RecordState.RUNNING,),
             attempt=job.attempt,
-            changes={
-                "state": RecordState.FINISHED,
-                "response": response.model_dump(mode="json"),
-                "lease_until": None,
-                "updated_at": now,
-                "expires_at": expiry(now, self._ttl()),
-            },
+            changes=self._finished_changes(response, now),
             now=now,
         )
 
+    def _finished_changes(self, response: RolloutResponse, now: float) -> dict[str, object]:
+        return {
+            "state": RecordState.FINISHED,
+            "response": response.model_dump(mode="json"),
+            "finished_at": now,
+            "lease_until": now + self._lease,
+            "next_attempt_at": None,
+            "updated_at": now,
+            "expires_at": expiry(now, self._ttl()),
+        }
+
+    @asynccontextmanager
+    async def _holding(
+        self,
+        rollout_id: str,
+        attempt: int,
+        state: RecordState,
+        on_record: Callable[[RolloutRecord], None] | None = None,
+    ) -> AsyncIterator[None]:
+        """Renew the lease every ``heartbeat_seconds`` while the block runs."""
+
+        async def beat() -> None:
+            interval = float(self.settings.kit.heartbeat_seconds)
+            while True:
+                await asyncio.sleep(interval)
+                now = self.clock()
+                try:
+                    renewed = await self.store.transition(
+                        rollout_id,
+                        from_states=(state,),
+                        attempt=attempt,
+                        changes={"lease_until": now + self._lease},
+                        now=now,
+                    )
+                except StoreError as exc:
+                    logger.warning(
+                        "lease renewal failed", extra={"rollout_id": rollout_id, "error": str(exc)}
+                    )
+                    continue
+                if renewed.record is not None and on_record is not None:
+                    on_record(renewed.record)
+                if not renewed.applied:
+                    return  # no longer ours
+
+        task = asyncio.create_task(beat(), name=f"lease:{rollout_id}")
+        try:
+            yield
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
     async def _execute(self, record: RolloutRecord, job: Job, budget: float) -> RolloutResponse:
+        cancelled = self.cancels.setdefault(job.rollout_id, asyncio.Event())
+
+        def watch(current: RolloutRecord) -> None:
+            if current.cancel_requested:
+                cancelled.set()
+
+        try:
+            async with self._holding(job.rollout_id, job.attempt, RecordState.RUNNING, watch):
+                return await self._run_agent(record, job, budget, cancelled)
+        finally:
+            self.cancels.pop(job.rollout_id, None)
+
+    async def _run_agent(
+        self, record: RolloutRecord, job: Job, budget: float, cancelled: asyncio.Event
+    ) -> RolloutResponse:
         started = time.perf_counter()
         request = record.rollout_request(job.api_key)
         tools = record.init_response_model().tools
@@ -232,7 +359,7 @@ class RolloutWorker:
             rollout_id=request.rollout_id,
             api_key=job.api_key,
         )
-        ctx = RolloutContext(request, tools, llm, debug_dir=self.debug_dir)
+        ctx = RolloutContext(request, tools, llm, debug_dir=self.debug_dir, cancelled=cancelled)
         outcome: RolloutResult | RolloutResponse
         deadline = asyncio.timeout(budget)
         try:
@@ -282,42 +409,139 @@ class RolloutWorker:
                 metrics=metrics,
             )
 
+    # ------------------------------------------------------------------ delivering
+
     async def deliver(self, record: RolloutRecord, *, api_key: str | None) -> RolloutRecord:
-        """Send the stored final response; record the outcome. Never sends after a 2xx."""
+        """Send the stored final response, holding the record's lease; record the outcome.
+
+        Never sends after a 2xx: the caller holds the lease (from finishing, or from claiming the
+        delivery), and every outcome is written conditionally on that holding.
+        """
         response = record.response_model()
         if response is None or record.state != RecordState.FINISHED:
             return record
         server_url = str(record.request["server_url"])
-        result = await self.client.complete_rollout(server_url, response, api_key=api_key)
+        async with self._holding(record.rollout_id, record.attempt, RecordState.FINISHED):
+            result = await self.client.complete_rollout(server_url, response, api_key=api_key)
+        return await self._record_delivery(record, result, api_key)
+
+    async def _record_delivery(
+        self, record: RolloutRecord, result: DeliveryResult, api_key: str | None
+    ) -> RolloutRecord:
         now = self.clock()
         attempts = record.delivery_attempts + result.attempts
+        finished_at = record.finished_at or record.updated_at
+        gave_up = now - finished_at >= self.settings.kit.redrive_max_age_seconds
+        changes: dict[str, object]
         if result.delivered:
-            changes: dict[str, object] = {
-                "state": RecordState.DELIVERED,
-                "delivered_at": now,
-                "next_attempt_at": None,
-                "last_error": None,
-            }
+            changes = {"state": RecordState.DELIVERED, "delivered_at": now, "last_error": None}
             logger.info("callback delivered", extra={"rollout_id": record.rollout_id})
-        elif result.final:
-            changes = {"state": RecordState.UNDELIVERABLE, "last_error": result.error}
+        elif result.final or gave_up:
+            error = result.error if result.final else f"gave up re-sending: {result.error}"
+            changes = {"state": RecordState.UNDELIVERABLE, "last_error": error}
             logger.error(
-                "callback refused; not retrying",
+                "callback not delivered; not retrying",
                 extra={"rollout_id": record.rollout_id, "status_code": result.status_code},
             )
         else:
-            changes = {
-                "next_attempt_at": now + self.client.settings.retry_max_delay,
-                "last_error": result.error,
-            }
+            changes = self._parked_changes(record, now, result.error, api_key)
             logger.warning(
                 "callback failed; parked for re-drive",
                 extra={"rollout_id": record.rollout_id, "error": result.error},
             )
-        changes.update(
-            delivery_attempts=attempts, updated_at=now, expires_at=expiry(now, self._ttl())
-        )
+        if "state" in changes:  # delivered or given up: the key is no longer needed
+            changes.update(sealed_key=None, next_attempt_at=None)
+        changes.update(delivery_attempts=attempts, lease_until=None, updated_at=now)
+        if "expires_at" not in changes:
+            changes["expires_at"] = expiry(now, self._ttl())
         moved = await self.store.transition(
-            record.rollout_id, from_states=(RecordState.FINISHED,), changes=changes, now=now
+            record.rollout_id,
+            from_states=(RecordState.FINISHED,),
+            attempt=record.attempt,
+            changes=changes,
+            now=now,
         )
         return moved.record or record
+
+    def _parked_changes(
+        self, record: RolloutRecord, now: float, error: str | None, api_key: str | None
+    ) -> dict[str, object]:
+        """FINISHED, due for re-drive, the key sealed, alive until the re-drive gives up."""
+        changes: dict[str, object] = {
+            "next_attempt_at": now + float(self.settings.kit.redrive_interval_seconds),
+            "last_error": error,
+            "expires_at": expiry(
+                record.finished_at or now,
+                self._ttl() + self.settings.kit.redrive_max_age_seconds,
+            ),
+        }
+        if record.sealed_key is None and api_key is not None and self.vault is not None:
+            changes["sealed_key"] = self.vault.seal(api_key)
+        return changes
+
+    # ------------------------------------------------------------------ recovering
+
+    def _open_key(self, record: RolloutRecord) -> str | None:
+        if record.sealed_key is None or self.vault is None:
+            return None
+        return self.vault.open(record.sealed_key)
+
+    async def settle(
+        self,
+        rollout_id: str,
+        *,
+        reason: str,
+        api_key: str | None = None,
+        owner_attempt: int | None = None,
+        force: bool = False,
+    ) -> RolloutRecord | None:
+        """End a rollout whose worker failed or died, once: send its stored response if it has
+        one, else fix an ERROR naming ``reason`` and send that.
+
+        A running rollout is taken over only when its lease ran out, or ``force`` (its process
+        is known dead), or it is ``owner_attempt``'s own. The callback key is ``api_key`` or the
+        record's sealed one.
+        """
+        now = self.clock()
+        record = await self.store.get(rollout_id, now=now)
+        if record is None:
+            logger.error("nothing to settle; no record", extra={"rollout_id": rollout_id})
+            return None
+        if record.state in (RecordState.DELIVERED, RecordState.UNDELIVERABLE):
+            return record
+        key = api_key if api_key is not None else self._open_key(record)
+        if record.state in (RecordState.ACCEPTED, RecordState.RUNNING):
+            mine = owner_attempt is not None and record.attempt == owner_attempt
+            response = error_response(rollout_id, reason)
+            changes = self._finished_changes(response, now)
+            changes["attempt"] = record.attempt + 1
+            moved = await self.store.transition(
+                rollout_id,
+                from_states=(RecordState.ACCEPTED, RecordState.RUNNING),
+                attempt=record.attempt,
+                changes=changes,
+                now=now,
+                lease_free_at=None if (force or mine) else now,
+            )
+            if moved.applied:
+                logger.error(
+                    "rollout settled as ERROR", extra={"rollout_id": rollout_id, "reason": reason}
+                )
+        elif record.state == RecordState.FINISHED:
+            moved = await self.store.transition(
+                rollout_id,
+                from_states=(RecordState.FINISHED,),
+                attempt=record.attempt,
+                changes={
+                    "attempt": record.attempt + 1,
+                    "lease_until": now + self._lease,
+                    "updated_at": now,
+                },
+                now=now,
+                lease_free_at=None if force else now,
+            )
+        else:  # pragma: no cover - every state is handled above
+            return record
+        if not moved.applied or moved.record is None:
+            return moved.record  # someone else holds it and will report it
+        return await self.deliver(moved.record, api_key=key)

@@ -53,6 +53,7 @@ _NUMBERS = (
     "lease_until",
     "created_at",
     "updated_at",
+    "finished_at",
     "delivered_at",
     "delivery_attempts",
     "next_attempt_at",
