@@ -72,6 +72,12 @@ build-ApiFunction:
 build-WorkerFunction:
 	$(lambda_artifact)
 
+build-WorkerFailureFunction:
+	$(lambda_artifact)
+
+build-RedriveFunction:
+	$(lambda_artifact)
+
 $(SAM_VENV)/.installed: infra/requirements-sam.txt
 	@test -x $(SAM_VENV)/bin/python || $(PYTHON) -m venv $(SAM_VENV)
 	$(SAM_VENV)/bin/python -m pip install --quiet --upgrade pip
@@ -90,4 +96,4 @@ template-check: $(SAM_VENV)/.installed
 build-lambda: $(SAM_VENV)/.installed
 	$(SAM_ENV) $(SAM) build --template template.yaml --build-in-source
 
-.PHONY: build-ApiFunction build-WorkerFunction template-check build-lambda
+.PHONY: build-ApiFunction build-WorkerFunction build-WorkerFailureFunction build-RedriveFunction template-check build-lambda

@@ -34,3 +34,18 @@ def worker(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if isinstance(event, dict) and isinstance(event.get("rollout_id"), str):
         logger.append_keys(rollout_id=event["rollout_id"])
     return runtime.handle_worker(event, context)
+
+
+@logger.inject_lambda_context(clear_state=True)
+def worker_failed(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """The worker's on-failure destination: report the rollout once."""
+    payload = event.get("requestPayload") if isinstance(event, dict) else None
+    if isinstance(payload, dict) and isinstance(payload.get("rollout_id"), str):
+        logger.append_keys(rollout_id=payload["rollout_id"])
+    return runtime.handle_worker_failure(event, context)
+
+
+@logger.inject_lambda_context(clear_state=True)
+def redrive(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Scheduled: send undelivered final responses again."""
+    return runtime.handle_redrive(event, context)

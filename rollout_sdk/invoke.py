@@ -24,9 +24,17 @@ from .local_aws import LocalResources, load_template
 
 ALIASES = {
     "api": "ApiFunction",
-    "apifunction": "ApiFunction",
     "worker": "WorkerFunction",
-    "workerfunction": "WorkerFunction",
+    "failure": "WorkerFailureFunction",
+    "worker-failed": "WorkerFailureFunction",
+    "redrive": "RedriveFunction",
+}
+#: The handler.py entry point of each function.
+ENTRY_POINTS = {
+    "ApiFunction": "api",
+    "WorkerFunction": "worker",
+    "WorkerFailureFunction": "worker_failed",
+    "RedriveFunction": "redrive",
 }
 
 
@@ -39,10 +47,11 @@ def resolve_function(template: dict[str, Any], name: str) -> str:
     ]
     if name in functions:
         return name
-    logical = ALIASES.get(name.lower())
+    by_lower = {f.lower(): f for f in functions}
+    logical = ALIASES.get(name.lower()) or by_lower.get(name.lower())
     if logical is not None and logical in functions:
         return logical
-    choices = ", ".join(functions + sorted(a for a in ALIASES if a in ("api", "worker")))
+    choices = ", ".join(functions + sorted(ALIASES))
     raise ConfigurationError(f"unknown function {name!r}; choose one of: {choices}")
 
 
@@ -75,6 +84,7 @@ def function_environment(
         "PayloadBucket": resources.bucket,
         "ServerKeySecret": resources.secret_arn,
         "WorkerFunction": resources.worker_function,
+        "CallbackKeyKey": resources.kms_key_id,
     }
     merged: dict[str, Any] = {}
     merged.update(
@@ -160,10 +170,7 @@ def invoke(
     timeout_seconds: float,
 ) -> Invocation:
     """Call the handler for ``logical_id``; record the worker events the call dispatched."""
-    entry: Callable[[Any, Any], Any] = {
-        "ApiFunction": handler_module.api,
-        "WorkerFunction": handler_module.worker,
-    }[logical_id]
+    entry: Callable[[Any, Any], Any] = getattr(handler_module, ENTRY_POINTS[logical_id])
     dispatched: list[dict[str, Any]] = []
 
     def capture(params: dict[str, Any], **_: Any) -> None:

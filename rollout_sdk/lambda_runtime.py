@@ -29,11 +29,13 @@ from .settings import RolloutSettings, load_settings
 if TYPE_CHECKING:
     from fastapi import FastAPI
     from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_kms import KMSClient
     from mypy_boto3_lambda import LambdaClient
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_secretsmanager import SecretsManagerClient
 
     from .agent import RolloutAgentLoop
+    from .vault import KeyVault
     from .worker import RolloutWorker
 
 logger = logging.getLogger("rollout_sdk.lambda")
@@ -52,6 +54,7 @@ class LambdaSettings(BaseSettings):
     worker_function_name: str | None = Field(None, validation_alias="WORKER_FUNCTION_NAME")
     server_key_secret: str | None = Field(None, validation_alias="SERVER_KEY_SECRET_ARN")
     payload_bucket: str | None = Field(None, validation_alias="PAYLOAD_BUCKET")
+    callback_key_kms_key_id: str | None = Field(None, validation_alias="CALLBACK_KEY_KMS_KEY_ID")
     worker_timeout_seconds: float = Field(
         LAMBDA_MAX_TIMEOUT_SECONDS,
         gt=0,
@@ -158,6 +161,12 @@ class AwsClients:
         import boto3
 
         return boto3.client("lambda", endpoint_url=self.endpoint_url, config=self.config)
+
+    @cached_property
+    def kms(self) -> KMSClient:
+        import boto3
+
+        return boto3.client("kms", endpoint_url=self.endpoint_url, config=self.config)
 
     @cached_property
     def secretsmanager(self) -> SecretsManagerClient:
@@ -296,7 +305,17 @@ class LambdaRuntime:
         """The worker, on the same store and client."""
         from .worker import RolloutWorker
 
-        return RolloutWorker(self.agent_loop, self.store, self.client, self.settings)
+        return RolloutWorker(
+            self.agent_loop, self.store, self.client, self.settings, vault=self.vault
+        )
+
+    @cached_property
+    def vault(self) -> KeyVault | None:
+        """KMS, for callback keys of responses parked for re-drive (CALLBACK_KEY_KMS_KEY_ID)."""
+        from .vault import KmsVault
+
+        key_id = self.lambda_settings.callback_key_kms_key_id
+        return KmsVault(key_id, client=self.clients.kms) if key_id else None
 
     def handle_worker(self, event: Any, context: Any) -> dict[str, Any]:
         """Run the rollout named by ``event``; a second delivery of the same event runs nothing."""
@@ -320,4 +339,44 @@ class LambdaRuntime:
             "rollout_id": job.rollout_id,
             "state": record.state.value,
             "delivered": record.delivered_at is not None,
+        }
+
+    # ------------------------------------------------------------------ recovery functions
+
+    def handle_worker_failure(self, event: Any, context: Any) -> dict[str, Any]:
+        """The worker's on-failure destination: Lambda gave up on a worker event (retries
+        exhausted, or the event aged out). Send the stored response, or an ERROR naming the
+        failure, once; the record says it was settled here."""
+        from .dispatch.aws_lambda import failure_from_event
+
+        try:
+            job, reason = failure_from_event(event)
+        except ValueError as exc:
+            logger.error("malformed failure record: %s", exc)
+            return {"status": "rejected", "error": str(exc)}
+        record = self.loop.run_until_complete(
+            self.worker.settle(job.rollout_id, reason=reason, api_key=job.api_key)
+        )
+        if record is not None and record.state.is_active:
+            # A live lease: another delivery of the event still runs it. Wait for it to report
+            # or let its lease run out, then settle (bounded by this function's time).
+            record = self.loop.run_until_complete(self.worker.run(job))
+        return {
+            "status": "settled",
+            "rollout_id": job.rollout_id,
+            "state": record.state.value if record else "absent",
+        }
+
+    def handle_redrive(self, event: Any, context: Any) -> dict[str, Any]:
+        """The scheduled re-drive: send parked responses again."""
+        from .recovery import Recovery
+
+        report = self.loop.run_until_complete(Recovery(self.worker).redrive())
+        return {
+            "status": "done",
+            "examined": report.examined,
+            "delivered": len(report.delivered),
+            "parked": len(report.parked),
+            "undeliverable": len(report.undeliverable),
+            "failed": len(report.failed),
         }

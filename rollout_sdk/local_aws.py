@@ -144,6 +144,7 @@ class LocalResources:
     secret_arn: str
     server_key: str
     worker_function: str
+    kms_key_id: str
     environment: dict[str, str] = field(default_factory=dict)
 
 
@@ -231,7 +232,17 @@ def provision(
             Handler="handler.worker",
             Code={"ZipFile": _dummy_zip()},
         )
+    kms = session.client("kms", endpoint_url=endpoint_url)
+    alias = f"alias/{prefix}-callback-keys"
+    aliases = {a["AliasName"]: a.get("TargetKeyId") for a in kms.list_aliases()["Aliases"]}
+    kms_key_id = aliases.get(alias)
+    if kms_key_id is None:
+        kms_key_id = kms.create_key(Description="rollout-sdk local callback keys")["KeyMetadata"][
+            "KeyId"
+        ]
+        kms.create_alias(AliasName=alias, TargetKeyId=kms_key_id)
     environment = {
+        "CALLBACK_KEY_KMS_KEY_ID": kms_key_id,
         "TABLE_NAME": table,
         "PAYLOAD_BUCKET": bucket,
         "SERVER_KEY_SECRET_ARN": secret_arn,
@@ -249,5 +260,6 @@ def provision(
         secret_arn=secret_arn,
         server_key=key,
         worker_function=function,
+        kms_key_id=kms_key_id,
         environment=environment,
     )

@@ -44,6 +44,23 @@ def job_from_event(event: Any) -> Job:
     return Job(rollout_id=rollout_id, attempt=attempt, api_key=api_key)
 
 
+def failure_from_event(event: Any) -> tuple[Job, str]:
+    """The job and a reason from an on-failure destination record (``requestPayload`` is the
+    original worker event); ValueError naming the field when it is not one."""
+    if not isinstance(event, dict):
+        raise ValueError(f"failure record must be a JSON object, got {type(event).__name__}")
+    job = job_from_event(event.get("requestPayload"))
+    context = event.get("requestContext") or {}
+    condition = context.get("condition", "unknown condition") if isinstance(context, dict) else "?"
+    response = event.get("responsePayload") or {}
+    detail = ""
+    if isinstance(response, dict) and (response.get("errorType") or response.get("errorMessage")):
+        detail = f": {response.get('errorType', 'Error')}: {response.get('errorMessage', '')}"
+    attempts = context.get("approximateInvokeCount") if isinstance(context, dict) else None
+    tries = f" after {attempts} attempts" if attempts else ""
+    return job, f"the worker function failed ({condition}{tries}){detail}"
+
+
 class LambdaDispatcher:
     """``Invoke(InvocationType="Event")`` of the worker function, one per rollout."""
 

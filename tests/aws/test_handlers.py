@@ -31,6 +31,8 @@ def test_every_event_file_is_covered() -> None:
         "health.json",
         "init.json",
         "platform-health.json",
+        "redrive.json",
+        "worker-failure.json",
         "worker.json",
     ]
 
