@@ -30,7 +30,7 @@ def _init(handler: Any, url: str) -> Any:
 def _record(handler: Any) -> RolloutRecord:
     runtime = handler.runtime
     record = runtime.loop.run_until_complete(runtime.store.get(RID, now=time.time()))
-    assert record is not None
+    assert isinstance(record, RolloutRecord)
     return record
 
 
