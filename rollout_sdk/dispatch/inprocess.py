@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from ..errors import DispatchError
+from ..errors import DispatchError, Overloaded
 from .base import Job
 
 logger = logging.getLogger("rollout_sdk.dispatch")
@@ -21,10 +21,22 @@ class InProcessDispatcher:
     job arrived here, so nothing runs that the store does not know about.
     """
 
-    def __init__(self, run_job: RunJob, *, max_concurrent: int) -> None:
+    def __init__(
+        self,
+        run_job: RunJob,
+        *,
+        max_concurrent: int,
+        max_queued: int | None = None,
+        retry_after: int = 2,
+    ) -> None:
         if max_concurrent < 1:
             raise ValueError("max_concurrent must be at least 1")
+        if max_queued is not None and max_queued < 0:
+            raise ValueError("max_queued must be at least 0")
         self._run_job = run_job
+        #: Jobs held beyond those running; None is unbounded (the v1 SDK's behaviour).
+        self.max_queued = max_queued
+        self.retry_after = retry_after
         self._slots = asyncio.Semaphore(max_concurrent)
         self._tasks: set[asyncio.Task[None]] = set()
         self._completed = 0
@@ -47,6 +59,14 @@ class InProcessDispatcher:
     async def dispatch(self, job: Job) -> None:
         if self._closed:
             raise DispatchError("the server is shutting down; retry against another instance")
+        if self.max_queued is not None and len(self._tasks) >= self.max_concurrent + self.max_queued:
+            # Memory stays bounded however many inits arrive: refuse, and say when to retry.
+            raise Overloaded(
+                f"{len(self._tasks)} rollouts are running or queued here, the most this server "
+                f"holds (OSMOSIS_ROLLOUT_SERVER_MAX_CONCURRENT_ROLLOUTS={self.max_concurrent} "
+                f"running + ROLLOUT_SDK_MAX_QUEUED_ROLLOUTS={self.max_queued} queued)",
+                self.retry_after,
+            )
         task = asyncio.create_task(self._guarded(job), name=f"rollout:{job.rollout_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -141,3 +141,29 @@ async def test_an_exception_in_run_job_does_not_kill_the_dispatcher(
 def test_max_concurrent_must_be_positive(limit: int) -> None:
     with pytest.raises(ValueError, match="at least 1"):
         InProcessDispatcher(Instrumented(), max_concurrent=limit)
+
+
+async def test_past_the_queue_bound_dispatch_is_refused_with_a_retry_after() -> None:
+    from rollout_sdk.errors import Overloaded
+
+    run = Instrumented(hold=-1)
+    dispatcher = InProcessDispatcher(run, max_concurrent=2, max_queued=3, retry_after=7)
+    for i in range(5):
+        await dispatcher.dispatch(Job(f"r{i}"))
+    with pytest.raises(Overloaded) as refused:
+        await dispatcher.dispatch(Job("r5"))
+    assert refused.value.retry_after == 7
+    assert "ROLLOUT_SDK_MAX_QUEUED_ROLLOUTS=3" in str(refused.value)
+    assert dispatcher.active == 5  # memory bounded: the refused job holds nothing
+    await dispatcher.aclose()
+
+
+async def test_a_zero_queue_refuses_at_the_concurrency_limit() -> None:
+    from rollout_sdk.errors import Overloaded
+
+    run = Instrumented(hold=-1)
+    dispatcher = InProcessDispatcher(run, max_concurrent=1, max_queued=0)
+    await dispatcher.dispatch(Job("r0"))
+    with pytest.raises(Overloaded):
+        await dispatcher.dispatch(Job("r1"))
+    await dispatcher.aclose()
