@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from .admission import AdmissionMiddleware
 from .agent import RolloutAgentLoop
 from .auth import KeyProvider, ServerKeyMiddleware
 from .client import TrainGateClient
@@ -30,6 +32,7 @@ from .errors import (
     DispatchError,
     IdempotencyConflict,
     PayloadTooLarge,
+    ServerUrlRefused,
     StoreError,
 )
 from .protocol import InitResponse, RolloutRequest
@@ -70,8 +73,48 @@ def _error(status: int, detail: str, **extra: Any) -> JSONResponse:
     return JSONResponse({"detail": detail, **extra}, status_code=status, headers=headers)
 
 
+def _printable(text: str) -> str:
+    # An unpaired surrogate cannot be encoded as UTF-8; the answer must still go out.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+_JSON_KINDS = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+
+
+def validation_detail(error: dict[str, Any]) -> dict[str, Any]:
+    """One entry of a 422 body: FastAPI's ``type``, ``loc`` and ``msg``, never the ``input``.
+
+    The input is left out: it can hold the callback key, or text that cannot be encoded.
+    """
+    kind = str(error.get("type", "value_error"))
+    loc = [_printable(p) if isinstance(p, str) else p for p in error.get("loc", ())]
+    msg = _printable(str(error.get("msg", "invalid")))
+    if kind == "json_invalid":
+        reason = _printable(str((error.get("ctx") or {}).get("error", "")))
+        where = f" at character {loc[1]}" if len(loc) > 1 else ""
+        msg = f"the body is not valid JSON: {reason}{where}"
+    elif loc == ["body"] and kind == "missing":
+        msg = "the body is empty: send the RolloutRequest as a JSON object"
+    elif loc == ["body"] and kind == "model_attributes_type":
+        given = error.get("input")
+        what = "null" if given is None else _JSON_KINDS.get(type(given), "a number")
+        msg = f"the body must be a JSON object (a RolloutRequest), not {what}"
+    return {"type": kind, "loc": loc, "msg": msg}
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """The one place where the kit's errors become HTTP answers."""
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(
+            {"detail": [validation_detail(dict(e)) for e in exc.errors()]}, status_code=422
+        )
+
+    @app.exception_handler(ServerUrlRefused)
+    async def _server_url(_: Request, exc: ServerUrlRefused) -> JSONResponse:
+        detail = [{"type": "value_error", "loc": ["body", exc.field], "msg": str(exc)}]
+        return JSONResponse({"detail": detail}, status_code=422)
 
     @app.exception_handler(IdempotencyConflict)
     async def _conflict(_: Request, exc: IdempotencyConflict) -> JSONResponse:
@@ -209,5 +252,8 @@ def create_app(
     async def platform_health() -> dict[str, Any]:
         return health_body()
 
+    # Added first, so it runs inside the key check: an unauthenticated request is a 401 whatever
+    # its size or content type.
+    app.add_middleware(AdmissionMiddleware, max_body_bytes=settings.kit.max_body_bytes)
     app.add_middleware(ServerKeyMiddleware, keys=keys, key_provider=key_provider)
     return app

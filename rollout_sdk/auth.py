@@ -18,16 +18,22 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 PROTECTED_PREFIXES = ("/v1/rollout", "/platform/")
 
 
-def _protected_path(scope: Scope) -> str | None:
-    """The protected path a request addresses, or None.
+def request_paths(scope: Scope) -> tuple[str, str]:
+    """The path as the router matches it, and the raw path.
 
     ASGI puts ``root_path`` (``uvicorn --root-path``, a stage prefix) in front of ``path`` and the
-    router strips it before matching, so check the path as routed as well as the raw one.
+    router strips it before matching, so a check must look at the path as routed as well as the
+    raw one.
     """
     path: str = scope["path"]
     root: str = scope.get("root_path", "")
     routed = path[len(root) :] if root and path.startswith(root + "/") else path
-    for candidate in (routed, path):
+    return routed, path
+
+
+def _protected_path(scope: Scope) -> str | None:
+    """The protected path a request addresses, or None."""
+    for candidate in request_paths(scope):
         if candidate.startswith(PROTECTED_PREFIXES):
             return candidate
     return None
@@ -98,7 +104,7 @@ class ServerKeyMiddleware:
         except Exception:
             # The key source (Secrets Manager) failed: refuse, never fail open, and say it may pass.
             logger.exception("server keys could not be read")
-            await _answer(
+            await send_json(
                 send,
                 503,
                 "the server key could not be read; retry shortly",
@@ -107,17 +113,19 @@ class ServerKeyMiddleware:
             return
         if not keys and self._provider is not None:
             # A key source is configured but holds no key: fail closed.
-            await _answer(send, 503, "no server key is configured in the key source; refusing")
+            await send_json(send, 503, "no server key is configured in the key source; refusing")
             return
         if not keys:
             if path.startswith("/platform/"):
-                await _answer(send, 404, "no server key is configured, so /platform/health is off")
+                await send_json(
+                    send, 404, "no server key is configured, so /platform/health is off"
+                )
                 return
             await self.app(scope, receive, send)
             return
         raw = next((v for k, v in scope["headers"] if k == b"authorization"), None)
         if not self.accepts(parse_authorization(raw), keys):
-            await _answer(
+            await send_json(
                 send,
                 401,
                 "Invalid or missing API key: send 'Authorization: Bearer <server key>'",
@@ -127,9 +135,10 @@ class ServerKeyMiddleware:
         await self.app(scope, receive, send)
 
 
-async def _answer(
+async def send_json(
     send: Send, status: int, detail: str, headers: list[tuple[bytes, bytes]] | None = None
 ) -> None:
+    """Answer ``{"detail": detail}`` with ``status``, from a middleware, without the app."""
     body = json.dumps({"detail": detail}).encode()
     await send(
         {

@@ -16,7 +16,8 @@ the v1 Osmosis SDK are kept, with their meaning, so ported agents can keep catch
     ├── ConfigurationError                  a setting is out of range or inconsistent
     ├── RequestRejected                     init refused; the app maps each subclass to HTTP
     │   ├── IdempotencyConflict             409: same key, different request / id in use
-    │   ├── PayloadTooLarge                 413: metadata over the configured limit
+    │   ├── PayloadTooLarge                 413: metadata or body over the configured limit
+    │   ├── ServerUrlRefused                422: server_url not allowed (allowlist, link-local)
     │   └── AgentToolsError                 500: the agent's get_tools failed or is invalid
     ├── StoreError                          the record store failed (I/O, corruption)
     │   └── RecordConflict                  a conditional state change lost its race
@@ -111,6 +112,12 @@ class IdempotencyConflict(RequestRejected):
 
 class PayloadTooLarge(RequestRejected):
     """A request part is larger than the configured limit."""
+
+
+class ServerUrlRefused(RequestRejected):
+    """``server_url`` names a host this deployment may not call (allowlist, link-local)."""
+
+    field = "server_url"
 
 
 class AgentToolsError(RequestRejected):

@@ -7,16 +7,104 @@ JSON on the wire is the same as the reference SDK's.
 from __future__ import annotations
 
 import json
+import math
 from enum import StrEnum
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+)
 
 Message = dict[str, Any]
 
 #: Default limit on ``RolloutRequest.metadata`` (UTF-8 JSON bytes); see settings.
 DEFAULT_MAX_METADATA_SIZE_BYTES = 1024 * 1024
+
+#: Deepest nesting of arrays and objects inside one request field: far beyond any conversation
+#: or metadata, and well inside what pydantic's and the json module's encoders accept.
+MAX_JSON_NESTING = 64
+
+
+def _encodes_as_utf8(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _render_path(field: str, path: tuple[str | int, ...]) -> str:
+    parts = [field]
+    for part in path:
+        parts.append(f"[{part}]" if isinstance(part, int) else f".{part[:40]}")
+    return "".join(parts)
+
+
+def _nests_deeper_than(value: Any, limit: int) -> bool:
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        for child in children:
+            if isinstance(child, dict | list | tuple):
+                if depth + 1 >= limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
+def json_problem(field: str, value: Any, *, max_nesting: int = MAX_JSON_NESTING) -> str | None:
+    """Why ``value`` cannot be stored and sent on as JSON, naming where in ``field``; else None.
+
+    Python's json module accepts what JSON cannot carry on: an unpaired surrogate escape
+    (``"\\ud800"``, which UTF-8 cannot encode), ``NaN`` and ``Infinity`` (``1e400``), and nesting
+    that later overflows an encoder. Walked iteratively, so depth itself cannot overflow here.
+    """
+    if not isinstance(value, dict | list | tuple):
+        if isinstance(value, str) and _encodes_as_utf8(value):
+            return None
+    elif not _nests_deeper_than(value, max_nesting):
+        try:
+            # The common case, at C speed: the value encodes; only a failure is walked below.
+            json.dumps(value, allow_nan=False, ensure_ascii=False).encode()
+        except (ValueError, TypeError):
+            pass  # UnicodeEncodeError is a ValueError; TypeError: not JSON, walked below
+        else:
+            return None
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(value, ())]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            if not _encodes_as_utf8(item):
+                return (
+                    f"{_render_path(field, path)} holds an unpaired surrogate "
+                    "(\\ud800 to \\udfff), which is not valid UTF-8"
+                )
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return f"{_render_path(field, path)} is {item}, which is not a JSON number"
+        elif isinstance(item, dict | list | tuple):
+            if len(path) >= max_nesting:
+                return f"{field} nests arrays and objects deeper than {max_nesting} levels"
+            if isinstance(item, dict):
+                for key, sub in item.items():
+                    if isinstance(key, str) and not _encodes_as_utf8(key):
+                        return (
+                            f"{_render_path(field, path)} has a key with an unpaired surrogate, "
+                            "which is not valid UTF-8"
+                        )
+                    stack.append((sub, (*path, key if isinstance(key, str) else str(key))))
+            else:
+                stack.extend((sub, (*path, i)) for i, sub in enumerate(item))
+    return None
 
 
 class _Wire(BaseModel):
@@ -154,12 +242,26 @@ class RolloutRequest(_Wire):
     @field_validator("server_url")
     @classmethod
     def _server_url_http(cls, value: str) -> str:
-        parts = urlsplit(value.strip())
+        try:
+            parts = urlsplit(value.strip())
+            parts.port  # noqa: B018 - urlsplit checks the port only when it is read
+        except ValueError as exc:
+            raise ValueError(f"server_url is not a valid URL: {exc}") from exc
         if parts.scheme not in ("http", "https"):
             raise ValueError("server_url must be an http:// or https:// URL")
         if not parts.hostname:
             raise ValueError("server_url must name a host")
         return value.strip().rstrip("/")
+
+    @field_validator("*")
+    @classmethod
+    def _json_safe(cls, value: Any, info: ValidationInfo) -> Any:
+        # Refused here, as a 422 naming the field, rather than failing later in the store or the
+        # worker, where the caller could no longer be told.
+        problem = json_problem(info.field_name or "value", value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     def metadata_size(self) -> int:
         """Size of ``metadata`` as compact UTF-8 JSON, the measure the limit applies to."""

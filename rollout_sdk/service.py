@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .admission import check_server_url
 from .errors import AgentToolsError, DispatchError, IdempotencyConflict, PayloadTooLarge
 from .protocol import InitResponse, OpenAIFunctionToolSchema, RolloutRequest
 from .record import RecordState, RolloutRecord, differing_fields
@@ -76,9 +77,11 @@ class RolloutService:
     async def init(self, request: RolloutRequest) -> InitResponse:
         """Accept ``request`` once; a duplicate gets the stored body and starts nothing.
 
-        Raises PayloadTooLarge, AgentToolsError, IdempotencyConflict, DispatchError, StoreError.
+        Raises PayloadTooLarge, ServerUrlRefused, AgentToolsError, IdempotencyConflict,
+        DispatchError, StoreError.
         """
         self.check_size(request)
+        check_server_url(request.server_url, self.settings.kit)
         init_response = InitResponse(rollout_id=request.rollout_id, tools=self.tools_for(request))
         now = self.clock()
         record = RolloutRecord.new(
