@@ -22,6 +22,7 @@ the v1 Osmosis SDK are kept, with their meaning, so ported agents can keep catch
     ├── StoreError                          the record store failed (I/O, corruption)
     │   └── RecordConflict                  a conditional state change lost its race
     └── DispatchError                       the hand-off to a worker failed
+        └── Overloaded                      429: past the concurrency limit and the queue bound
 
 Errors are mapped to HTTP status codes in one place, :mod:`rollout_sdk.app`.
 """
@@ -134,3 +135,11 @@ class RecordConflict(StoreError):
 
 class DispatchError(RolloutError):
     """Handing a rollout to a worker failed."""
+
+
+class Overloaded(DispatchError):
+    """This server holds as many rollouts as it may; TrainGate should retry after a while."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

@@ -95,7 +95,9 @@ class KitSettings(BaseSettings):
 
     def allowed_hosts(self) -> frozenset[str]:
         """The host allowlist, lower-cased; empty means any host."""
-        return frozenset(h.strip().lower() for h in self.allowed_server_hosts.split(",") if h.strip())
+        return frozenset(
+            h.strip().lower() for h in self.allowed_server_hosts.split(",") if h.strip()
+        )
 
 
 class RolloutSettings(BaseSettings):

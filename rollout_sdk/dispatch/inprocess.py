@@ -59,7 +59,10 @@ class InProcessDispatcher:
     async def dispatch(self, job: Job) -> None:
         if self._closed:
             raise DispatchError("the server is shutting down; retry against another instance")
-        if self.max_queued is not None and len(self._tasks) >= self.max_concurrent + self.max_queued:
+        if (
+            self.max_queued is not None
+            and len(self._tasks) >= self.max_concurrent + self.max_queued
+        ):
             # Memory stays bounded however many inits arrive: refuse, and say when to retry.
             raise Overloaded(
                 f"{len(self._tasks)} rollouts are running or queued here, the most this server "
