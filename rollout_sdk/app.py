@@ -7,6 +7,7 @@ The local server and the Lambda handler pass their own store, dispatcher and cli
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import warnings
@@ -31,16 +32,21 @@ from .errors import (
     ConfigurationError,
     DispatchError,
     IdempotencyConflict,
+    Overloaded,
     PayloadTooLarge,
+    RolloutAlreadyFinished,
+    RolloutNotFound,
     ServerUrlRefused,
     StoreError,
 )
 from .protocol import InitResponse, RolloutRequest
-from .service import RolloutService
+from .recovery import Recovery
+from .service import RolloutService, record_status
 from .settings import RolloutSettings, get_settings
 from .store.base import Store
 from .store.memory import MemoryStore
 from .validation import validate_agent_loop
+from .vault import KeyVault, LocalVault
 from .worker import RolloutWorker
 
 logger = logging.getLogger("rollout_sdk.app")
@@ -128,6 +134,22 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _tools(_: Request, exc: AgentToolsError) -> JSONResponse:
         return _error(500, f"the agent loop could not provide its tools: {exc}")
 
+    @app.exception_handler(Overloaded)
+    async def _overloaded(_: Request, exc: Overloaded) -> JSONResponse:
+        return JSONResponse(
+            {"detail": f"too many rollouts: {exc}; retry the same init after {exc.retry_after} s"},
+            status_code=429,
+            headers={"Retry-After": str(exc.retry_after)},
+        )
+
+    @app.exception_handler(RolloutNotFound)
+    async def _not_found(_: Request, exc: RolloutNotFound) -> JSONResponse:
+        return _error(404, str(exc))
+
+    @app.exception_handler(RolloutAlreadyFinished)
+    async def _finished(_: Request, exc: RolloutAlreadyFinished) -> JSONResponse:
+        return _error(409, str(exc))
+
     @app.exception_handler(DispatchError)
     async def _dispatch(_: Request, exc: DispatchError) -> JSONResponse:
         return _error(503, f"could not start the rollout: {exc}; retry the same init")
@@ -155,6 +177,10 @@ def create_app(
     store: Store | None = None,
     dispatcher: Dispatcher | None = None,
     client: TrainGateClient | None = None,
+    vault: KeyVault | None = None,
+    seal_at_init: bool = True,
+    sweep_on_start: bool = False,
+    redrive: bool = True,
     docs: bool = True,
     **more: Any,
 ) -> FastAPI:
@@ -162,7 +188,12 @@ def create_app(
 
     ``api_key`` (and any ``api_keys``, for rotation) are server keys; ``key_provider`` adds keys
     read at request time (the Lambda reads them from Secrets Manager). ``store`` defaults to an
-    in-memory store and ``dispatcher`` to an in-process one bounded by ``max_concurrent``.
+    in-memory store and ``dispatcher`` to an in-process one bounded by ``max_concurrent`` (and
+    ``ROLLOUT_SDK_MAX_QUEUED_ROLLOUTS``). ``vault`` seals callback keys (default: AES-GCM under
+    a key held in memory), kept in the record from init on when ``seal_at_init``.
+    ``sweep_on_start`` reports, at start-up, every rollout the store still shows in flight (only
+    for a durable store this process owns alone); ``redrive`` re-sends undelivered responses on a
+    timer while the app runs.
     Raises AgentLoopValidationError for an invalid agent loop, ConfigurationError for bad settings.
     """
     if credentials is not None or server_host is not None or server_port is not None:
@@ -195,14 +226,23 @@ def create_app(
     # ``is None``, not ``or``: an empty MemoryStore has len 0 and would be silently replaced.
     store = store if store is not None else MemoryStore()
     client = client if client is not None else TrainGateClient(settings.client)
-    worker = RolloutWorker(agent_loop, store, client, settings, debug_dir=debug_dir)
+    vault = vault if vault is not None else LocalVault()
+    worker = RolloutWorker(agent_loop, store, client, settings, vault=vault, debug_dir=debug_dir)
     dispatcher = (
         dispatcher
         if dispatcher is not None
-        else InProcessDispatcher(worker.run, max_concurrent=settings.server.max_concurrent_rollouts)
+        else InProcessDispatcher(
+            worker.run,
+            max_concurrent=settings.server.max_concurrent_rollouts,
+            max_queued=settings.kit.max_queued_rollouts,
+            retry_after=settings.kit.retry_after_seconds,
+        )
     )
+    recovery = Recovery(worker)
     runtime = Runtime(
-        service=RolloutService(agent_loop, store, dispatcher, settings),
+        service=RolloutService(
+            agent_loop, store, dispatcher, settings, worker=worker, seal_at_init=seal_at_init
+        ),
         worker=worker,
         dispatcher=dispatcher,
         store=store,
@@ -212,10 +252,22 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if sweep_on_start:
+            await recovery.sweep_after_restart()
         await _call(on_startup)
+        loop_task = (
+            asyncio.create_task(
+                recovery.run_forever(settings.kit.redrive_interval_seconds), name="re-drive"
+            )
+            if redrive
+            else None
+        )
         try:
             yield
         finally:
+            if loop_task is not None:
+                loop_task.cancel()
+                await asyncio.gather(loop_task, return_exceptions=True)
             await dispatcher.aclose()
             await client.aclose()
             await store.close()
@@ -243,6 +295,16 @@ def create_app(
             "active_rollouts": runtime.dispatcher.active,
             "completed_rollouts": runtime.dispatcher.completed,
         }
+
+    @app.get("/v1/rollout/{rollout_id}")
+    async def rollout_status(rollout_id: str) -> dict[str, Any]:
+        """The rollout's record: state, timestamps, metrics, whether the callback was delivered."""
+        return record_status(await runtime.service.status(rollout_id))
+
+    @app.post("/v1/rollout/{rollout_id}/cancel", status_code=202)
+    async def cancel_rollout(rollout_id: str) -> dict[str, Any]:
+        """Stop the rollout before its next turn and report it once as ERROR "cancelled"."""
+        return record_status(await runtime.service.cancel(rollout_id))
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

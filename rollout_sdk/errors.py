@@ -18,6 +18,8 @@ the v1 Osmosis SDK are kept, with their meaning, so ported agents can keep catch
     │   ├── IdempotencyConflict             409: same key, different request / id in use
     │   ├── PayloadTooLarge                 413: metadata or body over the configured limit
     │   ├── ServerUrlRefused                422: server_url not allowed (allowlist, link-local)
+    │   ├── RolloutNotFound                 404: status or cancel of an unknown rollout
+    │   ├── RolloutAlreadyFinished          409: cancel of a finished rollout
     │   └── AgentToolsError                 500: the agent's get_tools failed or is invalid
     ├── StoreError                          the record store failed (I/O, corruption)
     │   └── RecordConflict                  a conditional state change lost its race
@@ -123,6 +125,14 @@ class ServerUrlRefused(RequestRejected):
 
 class AgentToolsError(RequestRejected):
     """The agent loop's ``get_tools`` raised or returned something invalid."""
+
+
+class RolloutNotFound(RequestRejected):
+    """404: no live record has this rollout id."""
+
+
+class RolloutAlreadyFinished(RequestRejected):
+    """409: the rollout has its final response; it cannot be cancelled."""
 
 
 class StoreError(RolloutError):

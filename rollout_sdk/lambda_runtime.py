@@ -282,6 +282,12 @@ class LambdaRuntime:
             client=self.client,
             key_provider=self.server_keys,
             docs=self.lambda_settings.enable_docs,
+            # Nothing may run after a Lambda response: no timers. The re-drive and the failure
+            # destination are functions of their own, and the key is sealed only when parked.
+            vault=self.vault,
+            seal_at_init=False,
+            sweep_on_start=False,
+            redrive=False,
         )
 
     @cached_property

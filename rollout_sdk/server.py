@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from .errors import RolloutError
 
@@ -19,6 +20,8 @@ DEFAULT_HOST = "0.0.0.0"  # the v1 SDK's default for serve_agent_loop
 DEFAULT_PORT = 9000
 DEFAULT_STATE_DIR = Path(".rollout-state")
 SQLITE_FILE = "rollouts.sqlite3"
+LOCK_FILE = "server.lock"
+KEY_FILE = "callback-keys.key"
 
 StoreKind = Literal["sqlite", "memory", "dynamodb"]
 
@@ -75,6 +78,48 @@ def open_dynamodb_store(
     )
 
 
+class StateLock:
+    """One local server per state folder: an exclusive ``flock`` on ``server.lock``.
+
+    The restart sweep reports every rollout the store shows in flight; that is only right when
+    no other live process is running them, which this lock guarantees. The OS drops it when the
+    process dies, even by SIGKILL.
+    """
+
+    def __init__(self, state_dir: str | Path) -> None:
+        self.path = Path(state_dir) / LOCK_FILE
+        self._handle: IO[str] | None = None
+
+    def acquire(self) -> StateLock:
+        """Take the lock; ServeError naming the holder when another server has it."""
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = self.path.open("a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise ServeError(
+                f"the state folder {self.path.parent} is in use by a running server ({holder}); "
+                "stop it, or give this one another --state-dir"
+            ) from exc
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}\n")
+        handle.flush()
+        self._handle = handle
+        return self
+
+    def release(self) -> None:
+        """Drop the lock."""
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+
 def build_local_app(
     agent_loop: RolloutAgentLoop,
     *,
@@ -85,17 +130,40 @@ def build_local_app(
     debug_dir: str | Path | None = None,
     docs: bool = True,
 ) -> FastAPI:
-    """The local server's app: ``create_app`` on a durable store with the in-process worker."""
-    from .app import create_app
+    """The local server's app: ``create_app`` on a durable store with the in-process worker.
 
-    return create_app(
-        agent_loop,
-        settings=settings,
-        debug_dir=debug_dir,
-        api_keys=api_keys,
-        store=open_store(store, state_dir) if isinstance(store, str) else store,
-        docs=docs,
-    )
+    With the SQLite store it owns ``state_dir`` (a lock), keeps callback keys sealed under a key
+    file there, reports at start-up every rollout a previous process left in flight, and
+    re-drives undelivered responses. Raises ServeError when another server holds the folder.
+    """
+    from .app import create_app
+    from .vault import LocalVault
+
+    if store != "sqlite":
+        return create_app(
+            agent_loop,
+            settings=settings,
+            debug_dir=debug_dir,
+            api_keys=api_keys,
+            store=open_store(store, state_dir) if isinstance(store, str) else store,
+            docs=docs,
+        )
+    lock = StateLock(state_dir).acquire()
+    try:
+        return create_app(
+            agent_loop,
+            settings=settings,
+            debug_dir=debug_dir,
+            api_keys=api_keys,
+            store=open_store("sqlite", state_dir),
+            vault=LocalVault(Path(state_dir) / KEY_FILE),
+            sweep_on_start=True,
+            on_shutdown=lock.release,
+            docs=docs,
+        )
+    except BaseException:
+        lock.release()
+        raise
 
 
 def serve_agent_loop(

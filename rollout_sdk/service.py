@@ -8,7 +8,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .admission import check_server_url
-from .errors import AgentToolsError, DispatchError, IdempotencyConflict, PayloadTooLarge
+from .errors import (
+    AgentToolsError,
+    DispatchError,
+    IdempotencyConflict,
+    PayloadTooLarge,
+    RolloutAlreadyFinished,
+    RolloutNotFound,
+)
 from .protocol import InitResponse, OpenAIFunctionToolSchema, RolloutRequest
 from .record import RecordState, RolloutRecord, differing_fields
 from .validation import check_tool
@@ -18,6 +25,7 @@ if TYPE_CHECKING:
     from .dispatch.base import Dispatcher
     from .settings import RolloutSettings
     from .store.base import Store
+    from .worker import RolloutWorker
 
 from .dispatch.base import Job
 
@@ -34,12 +42,18 @@ class RolloutService:
         dispatcher: Dispatcher,
         settings: RolloutSettings,
         *,
+        worker: RolloutWorker | None = None,
+        seal_at_init: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.agent_loop = agent_loop
         self.store = store
         self.dispatcher = dispatcher
         self.settings = settings
+        self.worker = worker
+        #: Keep the callback key (sealed) in the record from init on: the local server does, so
+        #: that its restart sweep and cancel can report rollouts no process holds any more.
+        self.seal_at_init = seal_at_init
         self.clock = clock
 
     def tools_for(self, request: RolloutRequest) -> list[OpenAIFunctionToolSchema]:
@@ -90,6 +104,9 @@ class RolloutService:
             now=now,
             ttl_seconds=self.settings.server.record_ttl_seconds,
         )
+        vault = self.worker.vault if self.worker is not None else None
+        if self.seal_at_init and vault is not None and request.api_key is not None:
+            record = record.evolve(sealed_key=vault.seal(request.api_key))
         created = await self.store.create(record, now=now)
         if not created.created:
             return await self._duplicate(record, created.record, created.conflict_on, request)
@@ -172,3 +189,74 @@ class RolloutService:
             # The first init's hand-off failed and released the claim: this init did not start
             # the rollout either, and must say so.
             raise DispatchError("the rollout's hand-off failed")
+
+    # ------------------------------------------------------------------ status and cancel
+
+    async def status(self, rollout_id: str) -> RolloutRecord:
+        """The live record; RolloutNotFound when there is none."""
+        record = await self.store.get(rollout_id, now=self.clock())
+        if record is None:
+            raise RolloutNotFound(
+                f"no rollout {rollout_id!r} is known here (or its record expired)"
+            )
+        return record
+
+    async def cancel(self, rollout_id: str) -> RolloutRecord:
+        """Stop a rollout before its next turn and report it once, as ERROR "cancelled".
+
+        A rollout not started yet is reported without running: at once when this process holds
+        its callback key (the local server), else by the worker when it claims it. Raises
+        RolloutNotFound, or RolloutAlreadyFinished when it already has its final response.
+        """
+        record = await self.status(rollout_id)
+        if record.state.has_response:
+            raise RolloutAlreadyFinished(
+                f"rollout {rollout_id!r} already has its final response ({record.state.value}); "
+                "there is nothing to cancel"
+            )
+        now = self.clock()
+        marked = await self.store.transition(
+            rollout_id,
+            from_states=(RecordState.ACCEPTED, RecordState.RUNNING),
+            changes={"cancel_requested": True, "updated_at": now},
+            now=now,
+        )
+        if not marked.applied or marked.record is None:
+            return await self.cancel(rollout_id)  # it moved on meanwhile: answer for its new state
+        logger.info("cancel requested", extra={"rollout_id": rollout_id})
+        if self.worker is None:
+            return marked.record
+        running_here = self.worker.cancels.get(rollout_id)
+        if running_here is not None:
+            running_here.set()  # stops before its next turn
+        elif marked.record.state == RecordState.ACCEPTED and marked.record.sealed_key:
+            settled = await self.worker.settle(
+                rollout_id, reason="rollout cancelled before it started", finish_reason="cancelled"
+            )
+            return settled or marked.record
+        return marked.record
+
+
+def record_status(record: RolloutRecord) -> dict[str, Any]:
+    """What ``GET /v1/rollout/{rollout_id}`` answers: the record, minus the request and keys."""
+    response = record.response or {}
+    return {
+        "rollout_id": record.rollout_id,
+        "state": record.state.value,
+        "status": response.get("status"),
+        "finish_reason": response.get("finish_reason"),
+        "error_message": response.get("error_message"),
+        "reward": response.get("reward"),
+        "metrics": response.get("metrics"),
+        "attempt": record.attempt,
+        "cancel_requested": record.cancel_requested,
+        "created_at": record.created_at,
+        "updated_at": record.updated_at,
+        "finished_at": record.finished_at,
+        "expires_at": record.expires_at,
+        "delivered": record.state == RecordState.DELIVERED,
+        "delivered_at": record.delivered_at,
+        "delivery_attempts": record.delivery_attempts,
+        "next_attempt_at": record.next_attempt_at,
+        "last_error": record.last_error,
+    }

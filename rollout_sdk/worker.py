@@ -494,6 +494,7 @@ class RolloutWorker:
         api_key: str | None = None,
         owner_attempt: int | None = None,
         force: bool = False,
+        finish_reason: str = "error",
     ) -> RolloutRecord | None:
         """End a rollout whose worker failed or died, once: send its stored response if it has
         one, else fix an ERROR naming ``reason`` and send that.
@@ -512,7 +513,7 @@ class RolloutWorker:
         key = api_key if api_key is not None else self._open_key(record)
         if record.state in (RecordState.ACCEPTED, RecordState.RUNNING):
             mine = owner_attempt is not None and record.attempt == owner_attempt
-            response = error_response(rollout_id, reason)
+            response = error_response(rollout_id, reason, finish_reason=finish_reason)
             changes = self._finished_changes(response, now)
             changes["attempt"] = record.attempt + 1
             moved = await self.store.transition(
