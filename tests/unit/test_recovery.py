@@ -1,0 +1,169 @@
+"""Settle, the restart sweep and the re-drive over MemoryStore and a MockTransport TrainGate."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+
+from rollout_sdk.client import CHAT_PATH, COMPLETED_PATH, TrainGateClient
+from rollout_sdk.dispatch.base import Job
+from rollout_sdk.protocol import InitResponse
+from rollout_sdk.record import RecordState, RolloutRecord
+from rollout_sdk.recovery import RESTART_REASON, Recovery
+from rollout_sdk.settings import RolloutClientSettings, load_settings
+from rollout_sdk.store.memory import MemoryStore
+from rollout_sdk.vault import LocalVault
+from rollout_sdk.worker import RolloutWorker
+
+from .support import ADD_TOOL, EchoAgent, FakeSleep, FakeTrainGate, make_request
+
+KEY = "cb-key"
+
+
+async def rig(
+    *, gate: FakeTrainGate | None = None, sealed: bool = True, ids: tuple[str, ...] = ("r1",)
+) -> tuple[RolloutWorker, MemoryStore, FakeTrainGate, LocalVault]:
+    store = MemoryStore()
+    gate = gate or FakeTrainGate()
+    vault = LocalVault()
+    client = TrainGateClient(
+        RolloutClientSettings(max_retries=0, complete_rollout_retries=0),
+        transport=gate.transport,
+        sleep=FakeSleep(),
+    )
+    now = time.time()
+    for rid in ids:
+        record = RolloutRecord.new(
+            make_request(rollout_id=rid),
+            InitResponse(rollout_id=rid, tools=[ADD_TOOL]),
+            now=now,
+            ttl_seconds=3600,
+        )
+        if sealed:
+            record = record.evolve(sealed_key=vault.seal(KEY))
+        assert (await store.create(record, now=now)).created
+    worker = RolloutWorker(EchoAgent(), store, client, load_settings(), vault=vault)
+    return worker, store, gate, vault
+
+
+async def _move(store: MemoryStore, rid: str, state: RecordState, **changes: object) -> None:
+    moved = await store.transition(
+        rid, from_states=tuple(RecordState), changes={"state": state, **changes}, now=time.time()
+    )
+    assert moved.applied
+
+
+async def test_the_restart_sweep_reports_every_rollout_in_flight_once_and_runs_none() -> None:
+    worker, store, gate, _ = await rig(ids=("queued", "running", "finished", "done"))
+    await _move(store, "running", RecordState.RUNNING, attempt=1, lease_until=time.time() + 600)
+    stored = {"rollout_id": "finished", "status": "COMPLETED", "reward": 1.0}
+    await _move(
+        store, "finished", RecordState.FINISHED, response=stored, lease_until=time.time() + 600
+    )
+    await _move(store, "done", RecordState.DELIVERED)
+
+    report = await Recovery(worker).sweep_after_restart()
+
+    assert sorted(report.delivered) == ["finished", "queued", "running"]
+    assert gate.on(CHAT_PATH) == []  # nothing is run again
+    sent = {b["rollout_id"]: b for b in gate.bodies(COMPLETED_PATH)}
+    assert sorted(sent) == ["finished", "queued", "running"]
+    assert sent["finished"]["status"] == "COMPLETED"  # the stored response, not an ERROR
+    for rid in ("queued", "running"):
+        assert sent[rid]["status"] == "ERROR"
+        assert sent[rid]["error_message"] == RESTART_REASON
+    assert all(r.headers["authorization"] == f"Bearer {KEY}" for r in gate.on(COMPLETED_PATH))
+    again = await Recovery(worker).sweep_after_restart()
+    assert again.examined == 0
+    assert len(gate.on(COMPLETED_PATH)) == 3
+
+
+async def test_a_parked_response_is_redriven_when_due_and_only_then() -> None:
+    gate = FakeTrainGate(completed=[httpx.Response(503), httpx.Response(200, json={})])
+    worker, store, gate, _ = await rig(gate=gate, sealed=False)
+    parked = await worker.run(Job("r1", api_key=KEY))
+    assert parked is not None and parked.state == RecordState.FINISHED
+    assert parked.next_attempt_at is not None and parked.sealed_key is not None  # sealed on parking
+    assert (await Recovery(worker).redrive()).examined == 0  # not due yet
+    await _move(store, "r1", RecordState.FINISHED, next_attempt_at=time.time() - 1)
+    report = await Recovery(worker).redrive()
+    assert report.delivered == ["r1"]
+    final = await store.get("r1", now=time.time())
+    assert final is not None and final.state == RecordState.DELIVERED
+    assert final.sealed_key is None
+    bodies = gate.bodies(COMPLETED_PATH)
+    assert len(bodies) == 2 and bodies[0] == bodies[1]  # the same response, sent again
+    assert gate.on(COMPLETED_PATH)[1].headers["authorization"] == f"Bearer {KEY}"
+
+
+async def test_the_redrive_gives_up_after_its_max_age() -> None:
+    gate = FakeTrainGate(completed=[httpx.Response(503)])
+    worker, store, gate, _ = await rig(gate=gate)
+    await worker.run(Job("r1", api_key=KEY))
+    old = time.time() - worker.settings.kit.redrive_max_age_seconds - 5
+    await _move(store, "r1", RecordState.FINISHED, next_attempt_at=time.time() - 1, finished_at=old)
+    report = await Recovery(worker).redrive()
+    assert report.undeliverable == ["r1"]
+    final = await store.get("r1", now=time.time())
+    assert final is not None and final.state == RecordState.UNDELIVERABLE
+    assert final.last_error is not None and final.last_error.startswith("gave up")
+    assert final.sealed_key is None
+
+
+async def test_settle_leaves_a_live_lease_alone_and_takes_an_expired_one() -> None:
+    worker, store, gate, _ = await rig()
+    await _move(store, "r1", RecordState.RUNNING, attempt=1, lease_until=time.time() + 60)
+    held = await worker.settle("r1", reason="x")
+    assert held is not None and held.state == RecordState.RUNNING
+    assert gate.on(COMPLETED_PATH) == []
+    await _move(store, "r1", RecordState.RUNNING, lease_until=time.time() - 1)
+    settled = await worker.settle("r1", reason="the worker died")
+    assert settled is not None and settled.state == RecordState.DELIVERED
+    (sent,) = gate.bodies(COMPLETED_PATH)
+    assert (sent["status"], sent["error_message"]) == ("ERROR", "the worker died")
+
+
+async def test_concurrent_recoverers_report_a_rollout_once() -> None:
+    worker, store, gate, _ = await rig()
+    await _move(store, "r1", RecordState.RUNNING, attempt=1, lease_until=time.time() - 1)
+    outcomes = await asyncio.gather(*(worker.settle("r1", reason="died") for _ in range(10)))
+    assert sum(o is not None and o.state == RecordState.DELIVERED for o in outcomes) >= 1
+    assert len(gate.on(COMPLETED_PATH)) == 1
+
+
+async def test_a_kit_failure_inside_the_worker_still_reports_an_error() -> None:
+    worker, store, gate, _ = await rig(sealed=False)
+    real = store.transition
+    calls = 0
+
+    async def broken_once(rollout_id: str, **kwargs: object) -> object:
+        nonlocal calls
+        calls += 1
+        changes = kwargs.get("changes")
+        if isinstance(changes, dict) and changes.get("state") == RecordState.FINISHED and calls < 3:
+            raise RuntimeError("disk on fire")
+        return await real(rollout_id, **kwargs)  # type: ignore[arg-type]
+
+    store.transition = broken_once  # type: ignore[assignment,method-assign]
+    final = await worker.run(Job("r1", api_key=KEY))
+    assert final is not None and final.state == RecordState.DELIVERED
+    (sent,) = gate.bodies(COMPLETED_PATH)
+    assert sent["status"] == "ERROR"
+    assert "the worker failed: RuntimeError: disk on fire" in sent["error_message"]
+
+
+async def test_a_redelivered_job_waits_out_a_live_owner_and_sends_nothing() -> None:
+    worker, store, gate, _ = await rig()
+    worker.settings.kit.heartbeat_seconds = 1.0
+    await _move(store, "r1", RecordState.RUNNING, attempt=1, lease_until=time.time() + 0.3)
+
+    async def owner_reports() -> None:
+        await asyncio.sleep(0.1)
+        await _move(store, "r1", RecordState.DELIVERED)
+
+    owner = asyncio.create_task(owner_reports())
+    assert await worker.run(Job("r1", api_key=KEY)) is None
+    await owner
+    assert gate.on(COMPLETED_PATH) == []
