@@ -203,6 +203,55 @@ def _cmd_register(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_redrive(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from .client import TrainGateClient
+    from .errors import ConfigurationError, StoreError
+    from .recovery import Recovery
+    from .server import KEY_FILE
+    from .settings import get_settings
+    from .store.sqlite import SQLiteStore
+    from .vault import LocalVault
+    from .worker import RolloutWorker
+
+    path = Path(args.state_dir) / SQLITE_FILE
+    if not path.exists():
+        return _fail(
+            f"no local store at {path}: run this where `rollout-sdk serve` keeps its state", 1
+        )
+
+    class _NoAgent:
+        # The re-drive only sends stored responses; it never runs an agent.
+        name = "redrive"
+
+    async def once() -> int:
+        settings = get_settings()
+        store = SQLiteStore(path)
+        client = TrainGateClient(settings.client)
+        worker = RolloutWorker(
+            _NoAgent(),  # type: ignore[arg-type]
+            store,
+            client,
+            settings,
+            vault=LocalVault(Path(args.state_dir) / KEY_FILE),
+        )
+        try:
+            report = await Recovery(worker).redrive(limit=args.limit)
+        finally:
+            await client.aclose()
+            await store.close()
+        print(f"rollout-sdk redrive: {report.summary()}")
+        for rollout_id, error in report.failed.items():
+            print(f"  {rollout_id}: {error}", file=sys.stderr)
+        return 1 if report.failed else 0
+
+    try:
+        return asyncio.run(once())
+    except (ConfigurationError, StoreError) as exc:
+        return _fail(str(exc), 1)
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -362,6 +411,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="platform base URL (default OSMOSIS_PLATFORM_URL or https://platform.osmosis.ai)",
     )
     register.set_defaults(func=_cmd_register)
+
+    redrive = sub.add_parser(
+        "redrive",
+        help="send undelivered final responses again, once",
+        description=(
+            "One re-drive pass over the local server's store: every final response whose "
+            "callbacks all failed and whose next attempt is due is sent again (with the callback "
+            "key sealed in the state folder). Safe while the server runs: a response being sent "
+            "by one is skipped by the other. On AWS the scheduled RedriveFunction does this; "
+            "run it by hand with `aws lambda invoke --function-name <RedriveFunction> out.json`."
+        ),
+    )
+    redrive.add_argument(
+        "--state-dir",
+        default=str(DEFAULT_STATE_DIR),
+        metavar="DIR",
+        help=f"the server's state folder (default {DEFAULT_STATE_DIR}/)",
+    )
+    redrive.add_argument(
+        "--limit", type=int, default=1000, help="responses to send at most (default 1000)"
+    )
+    redrive.set_defaults(func=_cmd_redrive)
 
     demo = sub.add_parser(
         "demo",
