@@ -15,6 +15,16 @@ from rollout_sdk.standin import TrainGateStandIn
 from .conftest import CALLBACK_KEY, ROOT
 
 
+def just_under_the_metadata_limit(limit: int = 1024 * 1024) -> dict[str, Any]:
+    """Metadata whose compact UTF-8 JSON is a few bytes under ``limit``, and incompressible."""
+    metadata: dict[str, Any] = {"ground_truth": "42", "blob": ""}
+    overhead = len(json.dumps(metadata, separators=(",", ":")).encode())
+    metadata["blob"] = os.urandom(limit).hex()[: limit - overhead - 16]
+    size = len(json.dumps(metadata, separators=(",", ":")).encode())
+    assert limit - 32 < size < limit
+    return metadata
+
+
 def _init_event(url: str, **changes: Any) -> Any:
     event = load_event(ROOT / "events" / "init.json")
     body = json.loads(event["body"])
@@ -78,11 +88,11 @@ def test_a_request_larger_than_a_dynamodb_item_completes_through_s3(
 ) -> None:
     traingate, url = standin
     # Incompressible metadata just under the 1 MiB default limit, plus a long history.
-    blob = os.urandom(380 * 1024).hex()  # 760 KiB of hex
+    metadata = just_under_the_metadata_limit()
     history = [{"role": "user", "content": f"earlier turn {i} " + "x" * 200} for i in range(200)]
     messages = [*history, {"role": "user", "content": "What is 6 * 7?"}]
-    event = _init_event(url, metadata={"ground_truth": "42", "blob": blob}, messages=messages)
-    assert len(event["body"]) > 800 * 1024
+    event = _init_event(url, metadata=metadata, messages=messages)
+    assert len(event["body"]) > 1024 * 1024
     accepted = invoke(handler, "ApiFunction", event, timeout_seconds=29)
     assert accepted.result["statusCode"] == 202
     s3 = handler.runtime.clients.s3
