@@ -78,6 +78,12 @@ build-WorkerFailureFunction:
 build-RedriveFunction:
 	$(lambda_artifact)
 
+build-QueueWorkerFunction:
+	$(lambda_artifact)
+
+build-DeadLetterFunction:
+	$(lambda_artifact)
+
 $(SAM_VENV)/.installed: infra/requirements-sam.txt
 	@test -x $(SAM_VENV)/bin/python || $(PYTHON) -m venv $(SAM_VENV)
 	$(SAM_VENV)/bin/python -m pip install --quiet --upgrade pip
@@ -96,4 +102,4 @@ template-check: $(SAM_VENV)/.installed
 build-lambda: $(SAM_VENV)/.installed
 	$(SAM_ENV) $(SAM) build --template template.yaml --build-in-source
 
-.PHONY: build-ApiFunction build-WorkerFunction build-WorkerFailureFunction build-RedriveFunction template-check build-lambda
+.PHONY: build-ApiFunction build-WorkerFunction build-WorkerFailureFunction build-RedriveFunction build-QueueWorkerFunction build-DeadLetterFunction template-check build-lambda

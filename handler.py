@@ -49,3 +49,15 @@ def worker_failed(event: dict[str, Any], context: LambdaContext) -> dict[str, An
 def redrive(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Scheduled: send undelivered final responses again."""
     return runtime.handle_redrive(event, context)
+
+
+@logger.inject_lambda_context(clear_state=True)
+def worker_batch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Queue hand-off: run a batch of rollouts from SQS together (partial-batch failures)."""
+    return runtime.handle_worker_batch(event, context)
+
+
+@logger.inject_lambda_context(clear_state=True)
+def dead_letters(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Queue hand-off: report rollouts whose messages the queue gave up on."""
+    return runtime.handle_dead_letters(event, context)

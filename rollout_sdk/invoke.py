@@ -28,6 +28,8 @@ ALIASES = {
     "failure": "WorkerFailureFunction",
     "worker-failed": "WorkerFailureFunction",
     "redrive": "RedriveFunction",
+    "queue-worker": "QueueWorkerFunction",
+    "dead-letters": "DeadLetterFunction",
 }
 #: The handler.py entry point of each function.
 ENTRY_POINTS = {
@@ -35,6 +37,8 @@ ENTRY_POINTS = {
     "WorkerFunction": "worker",
     "WorkerFailureFunction": "worker_failed",
     "RedriveFunction": "redrive",
+    "QueueWorkerFunction": "worker_batch",
+    "DeadLetterFunction": "dead_letters",
 }
 
 
@@ -85,6 +89,7 @@ def function_environment(
         "ServerKeySecret": resources.secret_arn,
         "WorkerFunction": resources.worker_function,
         "CallbackKeyKey": resources.kms_key_id,
+        "RolloutQueue": resources.queue_url,
     }
     merged: dict[str, Any] = {}
     merged.update(

@@ -18,7 +18,7 @@ import json
 import logging
 from collections.abc import Callable
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -33,8 +33,11 @@ if TYPE_CHECKING:
     from mypy_boto3_lambda import LambdaClient
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_secretsmanager import SecretsManagerClient
+    from mypy_boto3_sqs import SQSClient
 
     from .agent import RolloutAgentLoop
+    from .dispatch.base import Dispatcher, Job
+    from .record import RolloutRecord
     from .vault import KeyVault
     from .worker import RolloutWorker
 
@@ -54,6 +57,10 @@ class LambdaSettings(BaseSettings):
     worker_function_name: str | None = Field(None, validation_alias="WORKER_FUNCTION_NAME")
     server_key_secret: str | None = Field(None, validation_alias="SERVER_KEY_SECRET_ARN")
     payload_bucket: str | None = Field(None, validation_alias="PAYLOAD_BUCKET")
+    #: "direct": one asynchronous worker invocation per rollout; "queue": an SQS queue whose
+    #: batches one worker invocation runs together.
+    hand_off: Literal["direct", "queue"] = Field("direct", validation_alias="HAND_OFF")
+    queue_url: str | None = Field(None, validation_alias="QUEUE_URL")
     callback_key_kms_key_id: str | None = Field(None, validation_alias="CALLBACK_KEY_KMS_KEY_ID")
     worker_timeout_seconds: float = Field(
         LAMBDA_MAX_TIMEOUT_SECONDS,
@@ -169,6 +176,12 @@ class AwsClients:
         return boto3.client("kms", endpoint_url=self.endpoint_url, config=self.config)
 
     @cached_property
+    def sqs(self) -> SQSClient:
+        import boto3
+
+        return boto3.client("sqs", endpoint_url=self.endpoint_url, config=self.config)
+
+    @cached_property
     def secretsmanager(self) -> SecretsManagerClient:
         import boto3
 
@@ -269,16 +282,12 @@ class LambdaRuntime:
     def app(self) -> FastAPI:
         """The same app the local server runs, on DynamoDB and the Lambda dispatcher."""
         from .app import create_app
-        from .dispatch.aws_lambda import LambdaDispatcher
 
-        function = self.lambda_settings.worker_function_name
-        if not function:
-            raise ConfigurationError("WORKER_FUNCTION_NAME is not set (template.yaml sets it)")
         return create_app(
             self.agent_loop,
             settings=self.settings,
             store=self.store,
-            dispatcher=LambdaDispatcher(function, client=self.clients.lambda_),
+            dispatcher=self.dispatcher,
             client=self.client,
             key_provider=self.server_keys,
             docs=self.lambda_settings.enable_docs,
@@ -289,6 +298,21 @@ class LambdaRuntime:
             sweep_on_start=False,
             redrive=False,
         )
+
+    @cached_property
+    def dispatcher(self) -> Dispatcher:
+        """The hand-off the template chose: an asynchronous invoke, or the rollout queue."""
+        from .dispatch.aws_lambda import LambdaDispatcher
+        from .dispatch.sqs import SqsDispatcher
+
+        if self.lambda_settings.hand_off == "queue":
+            if not self.lambda_settings.queue_url:
+                raise ConfigurationError("HAND_OFF is queue but QUEUE_URL is not set")
+            return SqsDispatcher(self.lambda_settings.queue_url, client=self.clients.sqs)
+        function = self.lambda_settings.worker_function_name
+        if not function:
+            raise ConfigurationError("WORKER_FUNCTION_NAME is not set (template.yaml sets it)")
+        return LambdaDispatcher(function, client=self.clients.lambda_)
 
     @cached_property
     def api_handler(self) -> Callable[[dict[str, Any], Any], dict[str, Any]]:
@@ -333,11 +357,9 @@ class LambdaRuntime:
             # Retrying a malformed event cannot help: report and return, do not raise.
             logger.error("malformed worker event: %s", exc)
             return {"status": "rejected", "error": str(exc)}
-        deadline = None
-        if context is not None and hasattr(context, "get_remaining_time_in_millis"):
-            remaining = context.get_remaining_time_in_millis() / 1000
-            deadline = max(0.0, remaining - self.lambda_settings.deadline_margin_seconds)
-        record = self.loop.run_until_complete(self.worker.run(job, deadline_seconds=deadline))
+        record = self.loop.run_until_complete(
+            self.worker.run(job, deadline_seconds=self._deadline(context))
+        )
         if record is None:
             return {"status": "skipped", "rollout_id": job.rollout_id}
         return {
@@ -348,6 +370,76 @@ class LambdaRuntime:
         }
 
     # ------------------------------------------------------------------ recovery functions
+
+    def _deadline(self, context: Any) -> float | None:
+        if context is None or not hasattr(context, "get_remaining_time_in_millis"):
+            return None
+        remaining = float(context.get_remaining_time_in_millis()) / 1000
+        return max(0.0, remaining - self.lambda_settings.deadline_margin_seconds)
+
+    def handle_worker_batch(self, event: Any, context: Any) -> dict[str, Any]:
+        """The queue worker: run every rollout of an SQS batch concurrently in this invocation.
+
+        Answers a partial-batch failure report: a message is reported failed (and redelivered
+        after its visibility timeout) only when the kit could not settle its rollout; a redelivery
+        finds the record claimed or finished and does nothing twice. A malformed message is logged
+        and dropped: retrying cannot fix it.
+        """
+        from .dispatch.aws_lambda import job_from_event
+
+        records = event.get("Records", []) if isinstance(event, dict) else []
+        jobs: list[tuple[str, Job]] = []
+        for message in records:
+            message_id = str(message.get("messageId", ""))
+            try:
+                jobs.append((message_id, job_from_event(json.loads(message.get("body") or ""))))
+            except (ValueError, TypeError) as exc:
+                logger.error("malformed queue message %s dropped: %s", message_id, exc)
+        deadline = self._deadline(context)
+
+        async def run_all() -> list[BaseException | RolloutRecord | None]:
+            return await asyncio.gather(
+                *(self.worker.run(job, deadline_seconds=deadline) for _, job in jobs),
+                return_exceptions=True,
+            )
+
+        outcomes = self.loop.run_until_complete(run_all())
+        failures = []
+        for (message_id, job), outcome in zip(jobs, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                logger.error(
+                    "rollout not settled; the message will be redelivered",
+                    extra={"rollout_id": job.rollout_id, "error": str(outcome)},
+                )
+                failures.append({"itemIdentifier": message_id})
+        return {"batchItemFailures": failures}
+
+    def handle_dead_letters(self, event: Any, context: Any) -> dict[str, Any]:
+        """Messages the rollout queue gave up on (its dead-letter queue): report each rollout
+        once, with its stored response or an ERROR, as the on-failure destination does."""
+        from .dispatch.aws_lambda import job_from_event
+
+        settled = []
+        for message in event.get("Records", []) if isinstance(event, dict) else []:
+            try:
+                job = job_from_event(json.loads(message.get("body") or ""))
+            except (ValueError, TypeError) as exc:
+                logger.error("malformed dead letter dropped: %s", exc)
+                continue
+            receives = (message.get("attributes") or {}).get("ApproximateReceiveCount", "?")
+            record = self.loop.run_until_complete(
+                self.worker.settle(
+                    job.rollout_id,
+                    reason=f"the queued rollout failed {receives} times (dead-letter queue)",
+                    api_key=job.api_key,
+                )
+            )
+            if record is not None and record.state.is_active:
+                record = self.loop.run_until_complete(self.worker.run(job))
+            settled.append(
+                {"rollout_id": job.rollout_id, "state": record.state.value if record else "absent"}
+            )
+        return {"status": "settled", "rollouts": settled}
 
     def handle_worker_failure(self, event: Any, context: Any) -> dict[str, Any]:
         """The worker's on-failure destination: Lambda gave up on a worker event (retries
@@ -360,13 +452,26 @@ class LambdaRuntime:
         except ValueError as exc:
             logger.error("malformed failure record: %s", exc)
             return {"status": "rejected", "error": str(exc)}
+        import time
+
+        from .record import RecordState
+
         record = self.loop.run_until_complete(
             self.worker.settle(job.rollout_id, reason=reason, api_key=job.api_key)
         )
-        if record is not None and record.state.is_active:
-            # A live lease: another delivery of the event still runs it. Wait for it to report
-            # or let its lease run out, then settle (bounded by this function's time).
-            record = self.loop.run_until_complete(self.worker.run(job))
+        if (
+            record is not None
+            and record.state in (RecordState.RUNNING, RecordState.FINISHED)
+            and not record.lease_free(time.time())
+        ):
+            # A live lease: a delivery of the event still runs it or sends its stored response
+            # (alive, it renews the lease and reports), or died moments ago. Wait for the lease
+            # to be renewed or run out, then settle with this failure's reason (bounded by this
+            # function's time).
+            self.loop.run_until_complete(self.worker.await_owner(job, reason=reason))
+            record = self.loop.run_until_complete(
+                self.worker.store.get(job.rollout_id, now=time.time())
+            )
         return {
             "status": "settled",
             "rollout_id": job.rollout_id,

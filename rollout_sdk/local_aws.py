@@ -145,6 +145,7 @@ class LocalResources:
     server_key: str
     worker_function: str
     kms_key_id: str
+    queue_url: str
     environment: dict[str, str] = field(default_factory=dict)
 
 
@@ -241,7 +242,22 @@ def provision(
             "KeyId"
         ]
         kms.create_alias(AliasName=alias, TargetKeyId=kms_key_id)
+    sqs = session.client("sqs", endpoint_url=endpoint_url)
+    dead_letters = sqs.create_queue(QueueName=f"{prefix}-dead-letters")["QueueUrl"]
+    dead_letters_arn = sqs.get_queue_attributes(
+        QueueUrl=dead_letters, AttributeNames=["QueueArn"]
+    )["Attributes"]["QueueArn"]
+    queue_url = sqs.create_queue(
+        QueueName=f"{prefix}-rollouts",
+        Attributes={
+            "VisibilityTimeout": "960",
+            "RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": dead_letters_arn, "maxReceiveCount": "3"}
+            ),
+        },
+    )["QueueUrl"]
     environment = {
+        "QUEUE_URL": queue_url,
         "CALLBACK_KEY_KMS_KEY_ID": kms_key_id,
         "TABLE_NAME": table,
         "PAYLOAD_BUCKET": bucket,
@@ -261,5 +277,6 @@ def provision(
         server_key=key,
         worker_function=function,
         kms_key_id=kms_key_id,
+        queue_url=queue_url,
         environment=environment,
     )

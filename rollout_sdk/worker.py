@@ -250,7 +250,22 @@ class RolloutWorker:
         )
         return None
 
-    async def _watch_owner(self, job: Job, current: RolloutRecord) -> RolloutRecord | None:
+    async def await_owner(self, job: Job, *, reason: str) -> RolloutRecord | None:
+        """Wait for whoever holds the rollout's lease (running it, or delivering its stored
+        response): None when it renews the lease (alive) or reports; when the lease runs out
+        (it died), settle the rollout, naming ``reason`` if it has no response yet."""
+        current = await self.store.get(job.rollout_id, now=self.clock())
+        if current is None or current.state not in (RecordState.RUNNING, RecordState.FINISHED):
+            return current
+        return await self._watch_owner(job, current, reason=reason)
+
+    async def _watch_owner(
+        self,
+        job: Job,
+        current: RolloutRecord,
+        *,
+        reason: str = "the worker that ran this rollout stopped before reporting it",
+    ) -> RolloutRecord | None:
         """Wait until the owner reports (None), renews its lease (None: it is alive), or lets the
         lease run out (it died: settle the rollout with this job's callback key)."""
         poll = min(1.0, float(self.settings.kit.heartbeat_seconds) / 4)
@@ -259,11 +274,7 @@ class RolloutWorker:
         while record is not None and record.state in (RecordState.RUNNING, RecordState.FINISHED):
             now = self.clock()
             if record.lease_free(now):
-                return await self.settle(
-                    job.rollout_id,
-                    reason="the worker that ran this rollout stopped before reporting it",
-                    api_key=job.api_key,
-                )
+                return await self.settle(job.rollout_id, reason=reason, api_key=job.api_key)
             if record.lease_until != first_lease:
                 break  # renewed: the owner is alive and will report
             await asyncio.sleep(min(poll, (record.lease_until or now) - now + 0.05))

@@ -51,9 +51,13 @@ def handler(
     resources: LocalResources,
     template: dict[str, Any],
     monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> Iterator[Any]:
-    """``handler.py`` after a cold start against the emulator."""
+    """``handler.py`` after a cold start against the emulator; a test marked
+    ``@pytest.mark.parametrize("hand_off", ["queue"], indirect=True)``-style via the ``hand_off``
+    fixture value gets that hand-off."""
     env = function_environment(template, "ApiFunction", resources)
+    env["HAND_OFF"] = getattr(request, "param", None) or env.get("HAND_OFF", "direct")
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(ROOT)

@@ -28,9 +28,11 @@ def _event(name: str, server_url: str | None = None) -> Any:
 
 def test_every_event_file_is_covered() -> None:
     assert sorted(p.name for p in EVENTS.glob("*.json")) == [
+        "dead-letter.json",
         "health.json",
         "init.json",
         "platform-health.json",
+        "queue-batch.json",
         "redrive.json",
         "worker-failure.json",
         "worker.json",
