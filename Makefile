@@ -64,6 +64,12 @@ define lambda_artifact
 		--only-binary=:all: --target "$(ARTIFACTS_DIR)" \
 		-c constraints.txt -r infra/requirements-lambda.txt -r requirements.txt
 	rm -rf "$(ARTIFACTS_DIR)"/*.dist-info/RECORD "$(ARTIFACTS_DIR)/bin"
+	# Only what runs: no type stubs, no test folders of dependencies, stripped extensions, and
+	# not Powertools' event_handler (2 MB; the API is FastAPI behind Mangum, never imported).
+	find "$(ARTIFACTS_DIR)" \( -name '*.pyi' -o -name 'py.typed' \) -delete
+	find "$(ARTIFACTS_DIR)" -mindepth 2 -type d \( -name tests -o -name __pycache__ \) -prune -exec rm -rf {} +
+	rm -rf "$(ARTIFACTS_DIR)/aws_lambda_powertools/event_handler"
+	find "$(ARTIFACTS_DIR)" -name '*.so' -exec strip --strip-unneeded {} + 2>/dev/null || true
 endef
 
 build-ApiFunction:
@@ -102,4 +108,9 @@ template-check: $(SAM_VENV)/.installed
 build-lambda: $(SAM_VENV)/.installed
 	$(SAM_ENV) $(SAM) build --template template.yaml --build-in-source
 
-.PHONY: build-ApiFunction build-WorkerFunction build-WorkerFailureFunction build-RedriveFunction build-QueueWorkerFunction build-DeadLetterFunction template-check build-lambda
+# The deployable artifact's size (boto3 is not in it: the runtime provides it) and an import
+# check with the runtime's Python. Needs python$(LAMBDA_PYTHON) on PATH (PYENV_VERSION=3.13.0).
+package: $(STAMP) build-lambda
+	$(BIN)/python -m bench.package --build-dir .aws-sam/build --python python$(LAMBDA_PYTHON)
+
+.PHONY: package build-ApiFunction build-WorkerFunction build-WorkerFailureFunction build-RedriveFunction build-QueueWorkerFunction build-DeadLetterFunction template-check build-lambda
