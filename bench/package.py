@@ -43,7 +43,7 @@ def runtime_boto3(python: str, cache: Path) -> Path:
             None,
         )
         spec = f"boto3=={version}" if version else "boto3"
-        subprocess.run(
+        subprocess.run(  # noqa: S603 - a fixed argv list, no shell
             [
                 python,
                 "-m",
