@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit load load-dynamodb clean
+.PHONY: demo test lint typecheck unit load load-dynamodb reliability clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed; set PYTHON=python3.11")'
@@ -36,6 +36,19 @@ load: $(STAMP)
 # The same load on the DynamoDB store (an embedded moto server on 127.0.0.1).
 load-dynamodb: $(STAMP)
 	$(BIN)/python -m bench.load --rollouts 300 --concurrency 50 --store dynamodb
+
+# The fault-injection matrix: over 1,000 rollouts under TrainGate faults, SIGKILL, duplicates,
+# cancel, backpressure and bad input, on the local server and the Lambda handlers (loopback
+# only). Writes docs/reliability.md; fails if any rollout is lost or duplicated or any outcome
+# is wrong. `make test` runs the same scenarios small (tests/reliability).
+reliability: $(STAMP)
+	$(BIN)/python -m bench.reliability --out docs/reliability.md
+
+# Lambda GB-seconds per 1,000 rollouts for each hand-off (a 2 s model), then docs/cost.md.
+cost: $(STAMP)
+	$(BIN)/python -m bench.handoff --rollouts 1000 --chat-delay 2
+	$(BIN)/python -m bench.cost > /dev/null
+	@echo "wrote docs/cost.md"
 
 clean:
 	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .mypy_cache .ruff_cache .rollout-state .aws-sam
