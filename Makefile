@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit load load-dynamodb reliability cost clean
+.PHONY: demo test lint typecheck unit load load-dynamodb bench reliability cost clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed; set PYTHON=python3.11")'
@@ -36,6 +36,18 @@ load: $(STAMP)
 # The same load on the DynamoDB store (an embedded moto server on 127.0.0.1).
 load-dynamodb: $(STAMP)
 	$(BIN)/python -m bench.load --rollouts 300 --concurrency 50 --store dynamodb
+
+# The benchmarks (bench/bench.py), loopback only, under 10 minutes: throughput and init latency
+# per store against the bare-protocol baseline, SDK overhead per chat call, memory per rollout
+# in flight, AWS requests per rollout, cold start. Writes bench/results/<UTC time>.json,
+# latest.json and latest.png; a missed goal is reported, not a failure.
+BENCH_STAMP := $(VENV)/.installed-bench
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,bench]'
+	@touch $@
+
+bench: $(BENCH_STAMP)
+	$(BIN)/python -m bench.bench
 
 # The fault-injection matrix: over 1,000 rollouts under TrainGate faults, SIGKILL, duplicates,
 # cancel, backpressure and bad input, on the local server and the Lambda handlers (loopback

@@ -1,0 +1,694 @@
+"""``make bench``: where the kit stands against the protocol's own cost, loopback only.
+
+    python -m bench.bench [--runs 3] [--rollouts 500] [--concurrency 50] [--budget 480]
+
+Each figure is the median of ``--runs`` runs (every run is kept in the results):
+
+1. throughput and init latency (p50/p95/p99) of ``rollout-sdk serve`` with the memory and
+   sqlite stores (and dynamodb on its embedded moto, run last and only while it fits in
+   ``--budget``), the calculator agent and a zero-latency stand-in, ``--rollouts`` rollouts with
+   ``--concurrency`` ROLLOUTS in flight; and, in the same invocation, the bare-protocol
+   baseline: a bare client doing the same exchanges (two chat calls, one completion post per
+   rollout) against the same stand-in. Two baselines are measured: ``raw`` (kept-alive HTTP/1.1
+   on asyncio streams: the protocol's own cost) and ``httpx`` (one shared ``httpx.AsyncClient``
+   with its default pool: what the Python client stack costs before any kit code); the goals
+   use the one named by ``--baseline`` (default raw). See :mod:`bench.throughput`.
+2. SDK overhead per chat call against raw httpx (:mod:`bench.overhead`);
+3. memory per rollout in flight (:mod:`bench.memory`);
+4. AWS requests per rollout on the happy path (:mod:`bench.aws` ``requests``);
+5. cold start of handler.api and handler.worker against a bare import (:mod:`bench.aws`
+   ``coldstart``), with a network guard on the imports.
+
+Results go to ``bench/results/<UTC timestamp>.json`` and ``latest.json`` (machine, date,
+versions, every figure with its runs, the goals passed or missed), the chart to ``latest.png``,
+and a summary table to stdout. A missed goal does not fail the command; a broken measurement
+(a run that lost rollouts, a subprocess that failed) exits 1 after writing the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import functools
+import importlib.metadata
+import math
+import operator
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.common import REPO_ROOT, Figure, child_env, median, parse_result
+from bench.memory import MemoryRun, run_memory
+from bench.overhead import OverheadRun, run_overhead
+from bench.throughput import BASELINE, ThroughputRun, run_baseline, run_kit
+
+RESULTS = REPO_ROOT / "bench" / "results"
+PACKAGES = (
+    "fastapi",
+    "pydantic",
+    "pydantic-core",
+    "httpx",
+    "httpcore",
+    "anyio",
+    "uvicorn",
+    "boto3",
+    "botocore",
+    "moto",
+    "mangum",
+    "aws-lambda-powertools",
+)
+STORES = ("memory", "sqlite")
+#: (store, lowest kit/baseline ratio) goals.
+RATIO_GOALS = {"memory": 0.6, "sqlite": 0.5}
+INIT_P50_GOAL_MS = 50.0
+MEMORY_GOAL_MIB = 0.2
+AWS_REQUESTS_GOAL = 6
+COLD_START_GOAL = 1.3
+
+
+class Clock:
+    """Seconds since the bench began, and progress lines on stderr."""
+
+    def __init__(self) -> None:
+        self.began = time.monotonic()
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.began
+
+    def log(self, message: str) -> None:
+        print(f"[{self.elapsed:5.0f} s] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Goal:
+    name: str
+    target: str
+    value: float | None
+    passed: bool | None
+
+    def to_json(self) -> dict[str, Any]:
+        value = None if self.value is None or math.isnan(self.value) else round(self.value, 4)
+        return {"goal": self.name, "target": self.target, "value": value, "pass": self.passed}
+
+
+# ---------------------------------------------------------------- machine and versions
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    with Path("/proc/cpuinfo").open(encoding="utf-8") as handle:
+        for line in handle:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    memory_kib = 0
+    for line in Path("/proc/meminfo").read_text(encoding="utf-8").splitlines():
+        if line.startswith("MemTotal:"):
+            memory_kib = int(line.split()[1])
+    return {
+        "cpu_model": cpu,
+        "cores": os.cpu_count(),
+        "memory_mib": round(memory_kib / 1024),
+        "kernel": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+    }
+
+
+def _git(*args: str) -> str:
+    git = shutil.which("git")
+    if git is None:
+        return ""
+    done = subprocess.run(  # noqa: S603 - a fixed argv list, no shell
+        [git, *args], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+    )
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def versions() -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for name in PACKAGES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    changed = _git("status", "--porcelain", "--", "rollout_sdk", "handler.py", "examples")
+    found["rollout-sdk"] = {
+        "version": importlib.metadata.version("rollout-sdk"),
+        "commit": _git("rev-parse", "HEAD") or None,
+        # Uncommitted changes to the kit's code at the time of the run, if any.
+        "uncommitted": changed.splitlines() if changed else [],
+    }
+    return found
+
+
+# ---------------------------------------------------------------- the measurements
+
+
+def _init_p(run: ThroughputRun, q: float) -> float:
+    return run.init_percentile(q)
+
+
+def _throughput_json(runs: list[ThroughputRun]) -> dict[str, Any]:
+    def figure(unit: str, get: Callable[[ThroughputRun], float]) -> dict[str, Any]:
+        return Figure(unit, [get(r) for r in runs]).to_json()
+
+    out: dict[str, Any] = {
+        "rollouts_per_s": figure("rollouts/s", lambda r: r.rate),
+        "cpu_ms_per_rollout": figure("ms", lambda r: r.cpu_ms_per_rollout),
+        "runs": [r.to_json() for r in runs],
+        "failures": sorted({f for r in runs for f in r.failures}),
+    }
+    if not runs[0].label.startswith(BASELINE):
+        for q in (50, 95, 99):
+            out[f"init_ms_p{q}"] = figure("ms", functools.partial(_init_p, q=q))
+        out["peak_rss_mib"] = figure("MiB", lambda r: r.peak_rss_mib)
+    return out
+
+
+def _ratios(kit: list[ThroughputRun], base: list[ThroughputRun]) -> Figure:
+    """Kit/baseline per run, paired by run (they ran side by side)."""
+    return Figure("ratio", [k.rate / b.rate for k, b in zip(kit, base, strict=False) if b.rate])
+
+
+def _subprocess_json(args: list[str], timeout: float) -> dict[str, Any]:
+    """Run ``python -m bench.<args>`` and return its report (``error`` on failure)."""
+    try:
+        done = subprocess.run(  # noqa: S603 - a fixed argv list, no shell
+            [sys.executable, "-m", *args],
+            cwd=REPO_ROOT,
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:  # run() has killed it
+        return {"error": f"took longer than {timeout:g} s"}
+    try:
+        result: dict[str, Any] = parse_result(done.stdout)
+    except ValueError:
+        return {"error": f"exit {done.returncode}: {done.stderr[-1500:]}"}
+    return result
+
+
+def run_all(args: argparse.Namespace, clock: Clock) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    problems: list[str] = []
+    n, c, w = args.rollouts, args.concurrency, args.concurrency
+    throughput: dict[str, list[ThroughputRun]] = {
+        BASELINE: [],
+        f"{BASELINE}_httpx": [],
+        **{s: [] for s in STORES},
+    }
+
+    # 1. throughput: baselines and stores interleaved, run by run
+    for i in range(args.runs):
+        steps: list[tuple[str, Callable[[], ThroughputRun]]] = [
+            (
+                BASELINE,
+                lambda: run_baseline(rollouts=n, warmup=w, concurrency=c, deadline=120),
+            ),
+            (
+                f"{BASELINE}_httpx",
+                lambda: run_baseline(
+                    rollouts=n, warmup=w, concurrency=c, deadline=120, client="httpx"
+                ),
+            ),
+            *[
+                (
+                    s,
+                    functools.partial(
+                        run_kit, s, rollouts=n, warmup=w, concurrency=c, deadline=180
+                    ),
+                )
+                for s in STORES
+            ],
+        ]
+        for label, step in steps:
+            run = step()
+            throughput[label].append(run)
+            clock.log(
+                f"throughput run {i + 1}/{args.runs}: {label:<14} {run.rate:7.1f} rollouts/s"
+                + (f", init p50 {run.init_percentile(50):.1f} ms" if run.init_ms else "")
+                + (f"  FAILURES: {run.failures}" if run.failures else "")
+            )
+
+    # 2. SDK overhead per chat call
+    overhead: list[OverheadRun] = run_overhead(runs=args.runs, calls=args.overhead_calls)
+    figures["sdk_overhead_per_chat_call"] = {
+        "overhead_us": Figure("µs", [r.overhead_us for r in overhead]).to_json(),
+        "sdk_call_us": Figure("µs", [r.sdk_us for r in overhead]).to_json(),
+        "raw_httpx_call_us": Figure("µs", [r.raw_us for r in overhead]).to_json(),
+        "overhead_mean_us": Figure("µs", [r.overhead_mean_us for r in overhead]).to_json(),
+        "calls_per_run": args.overhead_calls,
+    }
+    clock.log(f"SDK overhead: {median([r.overhead_us for r in overhead]):.1f} µs per chat call")
+
+    # 3. memory per rollout in flight
+    memory: list[MemoryRun] = [run_memory(in_flight=100, chat_delay=2.0) for _ in range(args.runs)]
+    figures["memory_per_rollout_in_flight"] = {
+        "per_rollout_mib": Figure("MiB", [m.per_rollout_mib for m in memory]).to_json(),
+        "idle_rss_mib": Figure("MiB", [m.idle_mib for m in memory]).to_json(),
+        "peak_rss_mib": Figure("MiB", [m.peak_mib for m in memory]).to_json(),
+        "in_flight": 100,
+        "chat_delay_seconds": 2.0,
+        "store": "sqlite",
+        "runs": [m.to_json() for m in memory],
+    }
+    problems += [f"memory: {f}" for m in memory for f in m.failures]
+    clock.log(
+        f"memory per rollout in flight: {median([m.per_rollout_mib for m in memory]):.3f} MiB"
+    )
+
+    # 4. AWS requests per rollout
+    requests = _subprocess_json(["bench.aws", "requests", "--runs", str(args.runs)], 180)
+    figures["aws_requests_per_rollout"] = requests
+    problems += [f"aws requests: {f}" for f in requests.get("failures", [])]
+    if "error" in requests:
+        problems.append(f"aws requests: {requests['error']}")
+    clock.log(f"AWS requests per rollout: {requests.get('median')} {requests.get('requests')}")
+
+    # 5. cold start
+    cold = _subprocess_json(["bench.aws", "coldstart", "--runs", str(args.runs)], 300)
+    problems += [f"cold start: {f}" for f in cold.get("failures", [])]
+    if "error" in cold:
+        problems.append(f"cold start: {cold['error']}")
+    rounds: list[dict[str, Any]] = cold.get("rounds", [])
+
+    def cold_figure(key: str) -> Figure:
+        return Figure("ms", [float(r[key]) for r in rounds if r.get(key) is not None])
+
+    bare = cold_figure("bare_import_ms")
+    figures["cold_start"] = {
+        "bare_import_ms": bare.to_json(),
+        "api_first_202_ms": cold_figure("api_first_202_ms").to_json(),
+        "api_import_ms": cold_figure("api_import_ms").to_json(),
+        "worker_first_claim_ms": cold_figure("worker_first_claim_ms").to_json(),
+        "worker_import_ms": cold_figure("worker_import_ms").to_json(),
+        "worker_rollout_done_ms": cold_figure("worker_rollout_done_ms").to_json(),
+        "api_vs_bare": Figure(
+            "ratio",
+            [
+                r["api_first_202_ms"] / r["bare_import_ms"]
+                for r in rounds
+                if r.get("api_first_202_ms") and r.get("bare_import_ms")
+            ],
+        ).to_json(),
+        "worker_vs_bare": Figure(
+            "ratio",
+            [
+                r["worker_first_claim_ms"] / r["bare_import_ms"]
+                for r in rounds
+                if r.get("worker_first_claim_ms") and r.get("bare_import_ms")
+            ],
+        ).to_json(),
+        "network_at_import": cold.get("network_at_import", ["(not measured)"]),
+        "rounds": rounds,
+    }
+    clock.log(
+        f"cold start: bare import {bare.value:.0f} ms, API 202 "
+        f"{cold_figure('api_first_202_ms').value:.0f} ms, worker claim "
+        f"{cold_figure('worker_first_claim_ms').value:.0f} ms"
+    )
+
+    # 6. dynamodb throughput, last: only the runs that fit the budget
+    dynamodb: list[ThroughputRun] = []
+    skipped = ""
+    if args.skip_dynamodb:
+        skipped = "--skip-dynamodb"
+    estimate = 90.0
+    for i in range(0 if skipped else args.runs):
+        left = args.budget - clock.elapsed
+        if left < estimate:
+            skipped = (
+                f"run {i + 1} of {args.runs} skipped: {left:.0f} s of the {args.budget:g} s "
+                f"budget left, a run takes about {estimate:.0f} s"
+            )
+            break
+        began = time.monotonic()
+        run = run_kit("dynamodb", rollouts=n, warmup=w, concurrency=c, deadline=min(180, left))
+        estimate = time.monotonic() - began
+        dynamodb.append(run)
+        clock.log(
+            f"throughput run {i + 1}/{args.runs}: {'dynamodb':<14} {run.rate:7.1f} rollouts/s, "
+            f"init p50 {run.init_percentile(50):.1f} ms"
+            + (f"  FAILURES: {run.failures}" if run.failures else "")
+        )
+    if dynamodb:
+        throughput["dynamodb"] = dynamodb
+
+    base = throughput[args.baseline_label]
+    figures["throughput"] = {label: _throughput_json(runs) for label, runs in throughput.items()}
+    if skipped:
+        figures["throughput"]["dynamodb_skipped"] = skipped
+    figures["kit_vs_baseline"] = {
+        label: {
+            "vs_" + args.baseline_label: _ratios(runs, base).to_json(),
+            "vs_" + other: _ratios(runs, throughput[other]).to_json(),
+        }
+        for label, runs in throughput.items()
+        if not label.startswith(BASELINE)
+        for other in [
+            f"{BASELINE}_httpx" if args.baseline_label == BASELINE else BASELINE,
+        ]
+    }
+    for label, runs in throughput.items():
+        problems += [f"throughput {label}: {f}" for r in runs for f in r.failures]
+    return {"figures": figures, "problems": sorted(set(problems))}
+
+
+def goals(figures: dict[str, Any], baseline_label: str) -> list[Goal]:
+    def value(*path: str) -> float | None:
+        node: Any = figures
+        for key in path:
+            if not isinstance(node, dict) or key not in node:
+                return None
+            node = node[key]
+        return float(node) if isinstance(node, int | float) else None
+
+    def check(v: float | None, ok: Callable[[float], bool]) -> bool | None:
+        return None if v is None or math.isnan(v) else ok(v)
+
+    out = []
+    for store, floor in RATIO_GOALS.items():
+        ratio = value("kit_vs_baseline", store, f"vs_{baseline_label}", "median")
+        out.append(
+            Goal(
+                f"{store}: kit/{baseline_label}",
+                f">= {floor}",
+                ratio,
+                check(ratio, functools.partial(operator.le, floor)),
+            )
+        )
+    for store in STORES:
+        p50 = value("throughput", store, "init_ms_p50", "median")
+        out.append(
+            Goal(
+                f"{store}: init p50 ms",
+                f"<= {INIT_P50_GOAL_MS:g}",
+                p50,
+                check(p50, lambda v: v <= INIT_P50_GOAL_MS),
+            )
+        )
+    mem = value("memory_per_rollout_in_flight", "per_rollout_mib", "median")
+    out.append(
+        Goal(
+            "MiB per rollout in flight",
+            f"< {MEMORY_GOAL_MIB}",
+            mem,
+            check(mem, lambda v: v < MEMORY_GOAL_MIB),
+        )
+    )
+    req = value("aws_requests_per_rollout", "median")
+    out.append(
+        Goal(
+            "AWS requests per rollout",
+            f"<= {AWS_REQUESTS_GOAL}",
+            req,
+            check(req, lambda v: v <= AWS_REQUESTS_GOAL),
+        )
+    )
+    for name, key in (("API first 202", "api_vs_bare"), ("worker first claim", "worker_vs_bare")):
+        ratio = value("cold_start", key, "median")
+        out.append(
+            Goal(
+                f"cold start: {name} / bare import",
+                f"<= {COLD_START_GOAL}",
+                ratio,
+                check(ratio, lambda v: v <= COLD_START_GOAL),
+            )
+        )
+    network = figures.get("cold_start", {}).get("network_at_import")
+    out.append(
+        Goal(
+            "nothing touches the network at import",
+            "0 attempts",
+            None if network is None else float(len(network)),
+            None if network is None else not network,
+        )
+    )
+    return out
+
+
+# ---------------------------------------------------------------- output
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def summary(results: dict[str, Any]) -> str:
+    f = results["figures"]
+    base = results["settings"]["baseline_for_goals"]
+    lines = [
+        f"rollout-sdk bench, {results['date']}, {results['machine']['cores']} x "
+        f"{results['machine']['cpu_model']}, Python {results['machine']['python']}, "
+        f"commit {(results['versions']['rollout-sdk']['commit'] or '?')[:10]}",
+        f"{results['settings']['rollouts']} rollouts, {results['settings']['concurrency']} in "
+        f"flight, median of {results['settings']['runs']} runs",
+        "",
+        f"{'':<16}{'rollouts/s':>11}{'vs ' + base:>14}{'init p50':>10}{'p95':>8}{'p99':>8}"
+        f"{'CPU ms/r':>10}",
+    ]
+    for label, t in f["throughput"].items():
+        if not isinstance(t, dict):
+            continue
+        ratio = f.get("kit_vs_baseline", {}).get(label, {}).get(f"vs_{base}", {}).get("median")
+        lines.append(
+            f"{label:<16}{_fmt(t['rollouts_per_s']['median']):>11}{_fmt(ratio, 2):>14}"
+            f"{_fmt(t.get('init_ms_p50', {}).get('median')):>10}"
+            f"{_fmt(t.get('init_ms_p95', {}).get('median')):>8}"
+            f"{_fmt(t.get('init_ms_p99', {}).get('median')):>8}"
+            f"{_fmt(t['cpu_ms_per_rollout']['median'], 2):>10}"
+        )
+    if "dynamodb_skipped" in f["throughput"]:
+        lines.append(f"dynamodb: {f['throughput']['dynamodb_skipped']}")
+    o = f["sdk_overhead_per_chat_call"]
+    m = f["memory_per_rollout_in_flight"]
+    r = f["aws_requests_per_rollout"]
+    cs = f["cold_start"]
+    lines += [
+        "",
+        f"SDK overhead per chat call   {_fmt(o['overhead_us']['median'])} µs "
+        f"(SDK {_fmt(o['sdk_call_us']['median'], 0)} µs vs raw httpx "
+        f"{_fmt(o['raw_httpx_call_us']['median'], 0)} µs per call)",
+        f"memory per rollout in flight {_fmt(m['per_rollout_mib']['median'], 3)} MiB "
+        f"(idle {_fmt(m['idle_rss_mib']['median'])} MiB, peak {_fmt(m['peak_rss_mib']['median'])} "
+        f"MiB with {m['in_flight']} in flight)",
+        f"AWS requests per rollout     {_fmt(r.get('median'), 0)}: {', '.join(r.get('requests', []))}",
+        f"cold start                   bare import {_fmt(cs['bare_import_ms']['median'], 0)} ms, "
+        f"API first 202 {_fmt(cs['api_first_202_ms']['median'], 0)} ms "
+        f"({_fmt(cs['api_vs_bare']['median'], 2)}x), worker first claim "
+        f"{_fmt(cs['worker_first_claim_ms']['median'], 0)} ms "
+        f"({_fmt(cs['worker_vs_bare']['median'], 2)}x); network at import: "
+        f"{len(cs['network_at_import'])} attempts",
+        "",
+        "goals:",
+    ]
+    for g in results["goals"]:
+        verdict = {True: "PASS", False: "MISS", None: "n/a "}[g["pass"]]
+        lines.append(
+            f"  {verdict}  {g['goal']:<42} {g['target']:>8}   measured {_fmt(g['value'], 3)}"
+        )
+    if results["problems"]:
+        lines += ["", "measurement problems:", *(f"  - {p}" for p in results["problems"])]
+    lines.append(f"\n{results['elapsed_seconds']:.0f} s; results in {results['files']['json']}")
+    return "\n".join(lines)
+
+
+def chart(results: dict[str, Any], path: Path) -> None:
+    """Throughput and init latency per store against the baselines, one PNG."""
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    f = results["figures"]["throughput"]
+    base_label = results["settings"]["baseline_for_goals"]
+    labels = [k for k, v in f.items() if isinstance(v, dict)]
+    rates = [f[k]["rollouts_per_s"] for k in labels]
+    colours = ["#7f7f7f" if k.startswith(BASELINE) else "#1f77b4" for k in labels]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    medians = [r["median"] or 0 for r in rates]
+    lows = [
+        m - min(v for v in r["runs"] if v is not None) if r["runs"] else 0
+        for m, r in zip(medians, rates, strict=True)
+    ]
+    highs = [
+        max(v for v in r["runs"] if v is not None) - m if r["runs"] else 0
+        for m, r in zip(medians, rates, strict=True)
+    ]
+    left.bar(labels, medians, color=colours, yerr=[lows, highs], capsize=4)
+    for x, m in enumerate(medians):
+        left.annotate(
+            f"{m:.0f}",
+            (x, m),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            xytext=(0, 3),
+            textcoords="offset points",
+        )
+    base = f[base_label]["rollouts_per_s"]["median"] or 0
+    for store, floor in RATIO_GOALS.items():
+        left.axhline(
+            base * floor,
+            linestyle="--",
+            linewidth=1,
+            color="#d62728" if store == "memory" else "#ff7f0e",
+            label=f"goal {store}: {floor} x {base_label}",
+        )
+    left.set_ylabel("rollouts/s (median, bars: min-max)")
+    left.set_title(
+        f"Throughput, {results['settings']['rollouts']} rollouts, {results['settings']['concurrency']} in flight"
+    )
+    left.legend(fontsize=8)
+    left.tick_params(axis="x", labelsize=8)
+    stores = [k for k in labels if not k.startswith(BASELINE)]
+    width = 0.25
+    for j, q in enumerate((50, 95, 99)):
+        values = [f[s][f"init_ms_p{q}"]["median"] or 0 for s in stores]
+        xs = [i + (j - 1) * width for i in range(len(stores))]
+        right.bar(xs, values, width, label=f"p{q}")
+    right.axhline(
+        INIT_P50_GOAL_MS,
+        linestyle="--",
+        linewidth=1,
+        color="#d62728",
+        label=f"p50 goal {INIT_P50_GOAL_MS:g} ms",
+    )
+    right.set_xticks(range(len(stores)), stores)
+    right.set_yscale("log")
+    right.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    right.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    for x, s in enumerate(stores):
+        p50 = f[s]["init_ms_p50"]["median"]
+        if p50:
+            right.annotate(
+                f"{p50:.0f}",
+                (x - width, p50),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                xytext=(0, 2),
+                textcoords="offset points",
+            )
+    right.set_ylabel("init latency, ms (log)")
+    right.set_title("Init latency (202) per store")
+    right.legend(fontsize=8)
+    m = results["machine"]
+    figure.suptitle(
+        f"rollout-sdk bench {results['date'][:16]}Z, {m['cores']} x {m['cpu_model']}, "
+        f"commit {(results['versions']['rollout-sdk']['commit'] or '?')[:10]}",
+        fontsize=9,
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.bench", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--runs", type=int, default=3, help="runs per figure (default 3)")
+    parser.add_argument("--rollouts", type=int, default=500, help="measured rollouts per run")
+    parser.add_argument("--concurrency", type=int, default=50, help="rollouts in flight")
+    parser.add_argument("--overhead-calls", type=int, default=1000, help="chat-call pairs per run")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=480.0,
+        help="seconds of measuring after which no further dynamodb run starts (default 480)",
+    )
+    parser.add_argument("--skip-dynamodb", action="store_true")
+    parser.add_argument(
+        "--baseline",
+        choices=("raw", "httpx"),
+        default="raw",
+        help="the baseline the ratio goals use (default raw: the protocol's own cost)",
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
+    parser.add_argument("--no-chart", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.baseline_label = BASELINE if args.baseline == "raw" else f"{BASELINE}_{args.baseline}"
+    if not (
+        1 <= args.runs <= 10 and 1 <= args.rollouts <= 20_000 and 1 <= args.concurrency <= 1000
+    ):
+        print("bench: runs 1-10, rollouts 1-20000, concurrency 1-1000", file=sys.stderr)
+        return 2
+    clock = Clock()
+    now = dt.datetime.now(dt.UTC)
+    load_before = os.getloadavg()
+    clock.log(f"bench: {args.runs} runs of each figure; results to {args.out}")
+    if load_before[0] > 0.5:
+        clock.log(
+            f"warning: load average {load_before[0]:.2f} before the start: other work on this "
+            "machine will slow the figures down"
+        )
+    measured = run_all(args, clock)
+    results: dict[str, Any] = {
+        "schema": 1,
+        "date": now.isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "command": "make bench"
+        if os.environ.get("MAKELEVEL")
+        else "python -m bench.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": {
+            **machine(),
+            # 1-minute load average before and after: other work on the machine shows here.
+            "load_average_before": round(load_before[0], 2),
+            "load_average_after": round(os.getloadavg()[0], 2),
+        },
+        "versions": versions(),
+        "settings": {
+            "runs": args.runs,
+            "rollouts": args.rollouts,
+            "warmup_rollouts": args.concurrency,
+            "concurrency": args.concurrency,
+            "in_flight": "rollouts (a new init when a callback arrives)",
+            "agent": "examples.calculator.agent:agent_loop",
+            "standin": "rollout_sdk.standin.TrainGateStandIn, zero latency, in the bench process",
+            "baseline_for_goals": args.baseline_label,
+            "budget_seconds": args.budget,
+        },
+        **measured,
+    }
+    results["goals"] = [g.to_json() for g in goals(results["figures"], args.baseline_label)]
+    results["elapsed_seconds"] = round(clock.elapsed, 1)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stamp = now.strftime("%Y%m%dT%H%M%SZ")
+    json_path = args.out / f"{stamp}.json"
+    results["files"] = {
+        "json": os.path.relpath(json_path, REPO_ROOT),
+        "latest": os.path.relpath(args.out / "latest.json", REPO_ROOT),
+        "chart": None if args.no_chart else os.path.relpath(args.out / "latest.png", REPO_ROOT),
+    }
+    import json
+
+    text = json.dumps(results, indent=2, ensure_ascii=False) + "\n"
+    json_path.write_text(text, encoding="utf-8")
+    (args.out / "latest.json").write_text(text, encoding="utf-8")
+    if not args.no_chart:
+        chart(results, args.out / "latest.png")
+    print(summary(results))
+    return 1 if results["problems"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,583 @@
+"""Throughput and init latency of ``rollout-sdk serve``, and the bare-protocol baseline.
+
+Both keep ``concurrency`` ROLLOUTS in flight (a closed loop): the kit run starts a new init the
+moment the stand-in receives a rollout's callback, so init latency measures the server's service
+time, not a queue of inits; the baseline client starts a new exchange when one ends. The first
+``warmup`` rollouts fill the pipeline and are not counted: the window runs from the
+``warmup``-th callback to the last, and covers exactly ``rollouts`` rollouts.
+
+The baseline is a bare ``httpx`` client in its own process doing what the calculator agent does on
+the wire (two chat calls and one completion post per rollout; no init, no server between), so
+the kit and the baseline both run beside the stand-in's process, each in a process of its own.
+
+    python -m bench.throughput baseline --url URL --callback-key KEY ...   (the baseline's client)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import operator
+import os
+import re
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import httpx
+
+from bench.common import (
+    COMPLETION_PARAMS,
+    MIB,
+    REPO_ROOT,
+    StandinProbe,
+    child_env,
+    cpu_seconds,
+    emit_result,
+    first_messages,
+    init_body,
+    parse_result,
+    peak_rss,
+    percentile,
+    steady_window,
+)
+from bench.load import ServerProcess, make_questions
+from rollout_sdk.client import CHAT_PATH, COMPLETED_PATH
+from rollout_sdk.standin import TrainGateStandIn
+from rollout_sdk.uvicorn_thread import ServerThread
+
+BASELINE = "baseline"
+
+#: Something to run while the server is under load, given its pid (a profiler).
+Attach = Callable[[int], contextlib.AbstractContextManager[Any]]
+
+
+@dataclass
+class ThroughputRun:
+    """One run of the kit with one store, or of the baseline."""
+
+    label: str
+    rollouts: int
+    warmup: int
+    concurrency: int
+    window_seconds: float = math.nan
+    measured: int = 0
+    wall_seconds: float = math.nan
+    init_ms: list[float] = field(default_factory=list)
+    cpu_seconds: float = math.nan
+    peak_rss_mib: float = math.nan
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        """Rollouts called back per second over the measured window."""
+        if not self.measured or not self.window_seconds > 0:
+            return math.nan
+        return self.measured / self.window_seconds
+
+    def init_percentile(self, q: float) -> float:
+        return percentile(self.init_ms, q)
+
+    @property
+    def cpu_ms_per_rollout(self) -> float:
+        total = self.rollouts + self.warmup
+        return self.cpu_seconds * 1000 / total if total else math.nan
+
+    def to_json(self) -> dict[str, Any]:
+        def r(value: float) -> float | None:
+            return None if math.isnan(value) else round(value, 3)
+
+        return {
+            "rollouts_per_s": r(self.rate),
+            "init_ms": {
+                "p50": r(self.init_percentile(50)),
+                "p95": r(self.init_percentile(95)),
+                "p99": r(self.init_percentile(99)),
+            },
+            "window_seconds": r(self.window_seconds),
+            "wall_seconds": r(self.wall_seconds),
+            "cpu_ms_per_rollout": r(self.cpu_ms_per_rollout),
+            "peak_rss_mib": r(self.peak_rss_mib),
+            "failures": self.failures,
+        }
+
+
+def _check_callbacks(run: ThroughputRun, standin: TrainGateStandIn, ids: list[str]) -> None:
+    """Every rollout called back exactly once, COMPLETED, with reward 1.0."""
+    callbacks = {k: list(v) for k, v in list(standin.completions.items())}
+    missing = duplicates = wrong = 0
+    statuses: Counter[str] = Counter()
+    for rollout_id in ids:
+        bodies = callbacks.get(rollout_id, [])
+        if not bodies:
+            missing += 1
+            continue
+        duplicates += len(bodies) - 1
+        statuses[str(bodies[0].get("status"))] += 1
+        if bodies[0].get("status") == "COMPLETED" and bodies[0].get("reward") != 1.0:
+            wrong += 1
+    if missing:
+        run.failures.append(f"{missing} rollouts never called back")
+    if duplicates:
+        run.failures.append(f"{duplicates} duplicate callbacks")
+    others = {s: n for s, n in statuses.items() if s != "COMPLETED"}
+    if others:
+        run.failures.append(
+            "not COMPLETED: " + ", ".join(f"{n} x {s}" for s, n in sorted(others.items()))
+        )
+    if wrong:
+        run.failures.append(f"{wrong} COMPLETED rollouts without reward 1.0")
+
+
+@contextlib.contextmanager
+def standin_thread(callback_key: str) -> Iterator[tuple[TrainGateStandIn, StandinProbe, str]]:
+    """A zero-latency stand-in in this process (its URL), probed; stopped on exit."""
+    standin = TrainGateStandIn(callback_key=callback_key)
+    signal = StandinProbe(standin.app)
+    traingate = ServerThread(signal)
+    try:
+        traingate.start()
+        yield standin, signal, traingate.url
+    finally:
+        signal.notify = None
+        standin.chat_delay = 0.0
+        traingate.stop()
+
+
+# ---------------------------------------------------------------- the kit
+
+
+async def _drive_kit(
+    run: ThroughputRun,
+    *,
+    server: ServerProcess,
+    standin: TrainGateStandIn,
+    signal: StandinProbe,
+    traingate_url: str,
+    callback_key: str,
+    deadline_at: float,
+) -> list[str]:
+    total = run.warmup + run.rollouts
+    tag = secrets.token_hex(4)
+    questions = make_questions(total)
+    ids = [f"bench-{run.label}-{tag}-{i:05d}" for i in range(total)]
+    init_ms = [math.nan] * total
+    failures: Counter[str] = Counter()
+    loop = asyncio.get_running_loop()
+    wake = asyncio.Event()
+
+    def notify() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting
+            loop.call_soon_threadsafe(wake.set)
+
+    signal.notify = notify
+    headers = {"Authorization": f"Bearer {server.server_key}"} if server.server_key else {}
+    limits = httpx.Limits(
+        max_connections=run.concurrency + 2, max_keepalive_connections=run.concurrency + 2
+    )
+    pid = server.process.pid if server.process else 0
+    async with httpx.AsyncClient(
+        base_url=server.url, headers=headers, timeout=60.0, limits=limits
+    ) as client:
+        refused = 0
+
+        async def init(i: int) -> None:
+            nonlocal refused
+            question, answer = questions[i]
+            body = init_body(
+                ids[i], question, answer, server_url=traingate_url, callback_key=callback_key
+            )
+            started = time.perf_counter()
+            try:
+                response = await client.post("/v1/rollout/init", json=body)
+                status = str(response.status_code)
+            except httpx.HTTPError as exc:
+                status = type(exc).__name__
+            init_ms[i] = (time.perf_counter() - started) * 1000
+            if status != "202":
+                refused += 1
+                failures[status] += 1
+                wake.set()
+
+        tasks: set[asyncio.Task[None]] = set()
+        started = 0
+        cpu_before = cpu_seconds(pid)
+        began = time.perf_counter()
+        try:
+            while True:
+                wake.clear()
+                done = standin.reported()
+                while started < total and started - done - refused < run.concurrency:
+                    task = asyncio.create_task(init(started))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                    started += 1
+                if started >= total and done + refused >= total:
+                    break
+                if time.monotonic() >= deadline_at:
+                    run.failures.append("the run passed its deadline")
+                    break
+                if not server.alive:
+                    run.failures.append("the server process exited during the run")
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), 0.25)
+            run.wall_seconds = time.perf_counter() - began
+            if server.alive:
+                run.cpu_seconds = cpu_seconds(pid) - cpu_before
+                run.peak_rss_mib = peak_rss(pid) / MIB
+            await asyncio.sleep(0.2)  # a late duplicate would show up now
+        finally:
+            signal.notify = None
+            for task in list(tasks):
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    if failures:
+        run.failures.append(
+            "inits not accepted: " + ", ".join(f"{n} x {s}" for s, n in sorted(failures.items()))
+        )
+    run.init_ms = [v for v in init_ms[run.warmup :] if not math.isnan(v)]
+    return ids
+
+
+def run_kit(
+    store: str,
+    *,
+    rollouts: int,
+    warmup: int,
+    concurrency: int,
+    deadline: float,
+    env: dict[str, str] | None = None,
+    attach: Attach | None = None,
+) -> ThroughputRun:
+    """One run of ``rollout-sdk serve --store STORE``: a fresh server and stand-in, stopped in
+    every case. ``attach(pid)`` wraps the loaded phase (a profiler)."""
+    run = ThroughputRun(store, rollouts, warmup, concurrency)
+    callback_key = secrets.token_urlsafe(16)
+    began = time.monotonic()
+    with (
+        tempfile.TemporaryDirectory(prefix="rollout-sdk-bench-") as state_dir,
+        standin_thread(callback_key) as (standin, signal, url),
+    ):
+        server = ServerProcess(
+            store=store, state_dir=state_dir, server_key=secrets.token_urlsafe(16), env=env
+        )
+        try:
+            server.start(timeout=min(60.0, deadline))
+            pid = server.process.pid if server.process else 0
+            with attach(pid) if attach else contextlib.nullcontext():
+                ids = asyncio.run(
+                    _drive_kit(
+                        run,
+                        server=server,
+                        standin=standin,
+                        signal=signal,
+                        traingate_url=url,
+                        callback_key=callback_key,
+                        deadline_at=began + deadline,
+                    )
+                )
+        finally:
+            server.stop()
+        _check_callbacks(run, standin, ids)
+        run.window_seconds, run.measured = steady_window(signal.times(), warmup, warmup + rollouts)
+    return run
+
+
+# ---------------------------------------------------------------- the baseline
+
+_OPERATIONS: dict[str, Callable[[float, float], float]] = {
+    "add": operator.add,
+    "subtract": operator.sub,
+    "multiply": operator.mul,
+    "divide": operator.truediv,
+}
+_LAST_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+class Poster(Protocol):
+    """What a bare client needs: POST a JSON body, get the status and the decoded JSON."""
+
+    async def post_json(self, path: str, body: dict[str, Any]) -> tuple[int, Any]: ...
+
+
+class RawConnection:
+    """HTTP/1.1 over one kept-alive asyncio stream: the least a client can do on the wire
+    (frame the request, read the status line, headers and ``Content-Length`` body)."""
+
+    def __init__(self, host: str, port: int, authorization: str) -> None:
+        self.host = host
+        self.port = port
+        self._head = (
+            f"Host: {host}:{port}\r\nContent-Type: application/json\r\n"
+            f"Authorization: {authorization}\r\n"
+        ).encode()
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def post_json(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        if self._reader is None or self._writer is None:
+            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        reader, writer = self._reader, self._writer
+        data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        writer.write(
+            b"POST "
+            + path.encode()
+            + b" HTTP/1.1\r\n"
+            + self._head
+            + b"Content-Length: "
+            + str(len(data)).encode()
+            + b"\r\n\r\n"
+            + data
+        )
+        status_line = await reader.readline()
+        if not status_line:
+            raise ConnectionError("the stand-in closed the connection")
+        status = int(status_line.split()[1])
+        length = -1
+        chunked = close = False
+        while True:
+            line = await reader.readline()
+            if line in (b"\r\n", b""):
+                break
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name == b"content-length":
+                length = int(value)
+            elif name == b"transfer-encoding":
+                chunked = b"chunked" in value.lower()
+            elif name == b"connection":
+                close = b"close" in value.lower()
+        if length >= 0:
+            payload = await reader.readexactly(length)
+        elif chunked:
+            parts = []
+            while size := int((await reader.readline()).split(b";")[0], 16):
+                parts.append(await reader.readexactly(size))
+                await reader.readline()
+            await reader.readline()
+            payload = b"".join(parts)
+        else:
+            payload, close = await reader.read(), True
+        if close:
+            await self.aclose()
+        return status, json.loads(payload) if payload else None
+
+    async def aclose(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            with contextlib.suppress(OSError):
+                await self._writer.wait_closed()
+        self._reader = self._writer = None
+
+
+class HttpxPoster:
+    """The same through a shared ``httpx.AsyncClient`` (``post`` and ``response.json()``)."""
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self.http = http
+
+    async def post_json(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        response = await self.http.post(path, json=body)
+        return response.status_code, response.json()
+
+
+def _ok(status: int, what: str) -> None:
+    if not 200 <= status < 300:
+        raise ValueError(f"{what} answered {status}")
+
+
+async def _exchange(client: Poster, rollout_id: str, question: str, truth: str) -> None:
+    """What the calculator agent does on the wire: chat, tool, chat, completion post."""
+    started = time.perf_counter()
+    params: dict[str, Any] = {
+        "model": "default",
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "max_tokens": 512,
+        "logprobs": True,
+        **COMPLETION_PARAMS,
+    }
+    messages: list[dict[str, Any]] = first_messages(question)
+    usage: dict[str, int] = {}
+    for _ in range(2):
+        status, answer = await client.post_json(
+            CHAT_PATH, {**params, "messages": messages, "rollout_id": rollout_id}
+        )
+        _ok(status, "chat")
+        usage = answer.get("usage") or {}
+        reply = answer["choices"][0]["message"]
+        messages = [*messages, reply]
+        for call in reply.get("tool_calls") or []:
+            args = json.loads(call["function"]["arguments"])
+            value = _OPERATIONS[args["operation"]](float(args["a"]), float(args["b"]))
+            text = str(int(value)) if value.is_integer() else str(round(value, 6))
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": text})
+    numbers = _LAST_NUMBER.findall(str(messages[-1].get("content") or ""))
+    reward = 1.0 if numbers and float(numbers[-1]) == float(truth) else 0.0
+    elapsed = (time.perf_counter() - started) * 1000
+    body = {
+        "rollout_id": rollout_id,
+        "status": "COMPLETED",
+        "final_messages": messages,
+        "finish_reason": "stop",
+        "reward": reward,
+        "metrics": {
+            "total_latency_ms": elapsed,
+            "llm_latency_ms": elapsed,
+            "tool_latency_ms": 0.0,
+            "num_llm_calls": 2,
+            "num_tool_calls": 1,
+            "prompt_tokens": int(usage.get("prompt_tokens", 0)),
+            "response_tokens": int(usage.get("completion_tokens", 0)),
+            "max_context_tokens": int(usage.get("total_tokens", 0)),
+        },
+        "extra_fields": {},
+    }
+    status, _ = await client.post_json(COMPLETED_PATH, body)
+    _ok(status, "completed")
+
+
+async def bare_client(
+    url: str, callback_key: str, *, total: int, concurrency: int, tag: str, client: str
+) -> dict[str, Any]:
+    """Run ``total`` bare exchanges with ``concurrency`` in flight; errors by type.
+
+    ``client`` "raw": one kept-alive HTTP/1.1 connection per slot; "httpx": one shared
+    ``httpx.AsyncClient`` with httpx's default pool (100 connections, 20 kept alive: the same
+    limits as the kit's TrainGate client by default).
+    """
+    questions = make_questions(total)
+    errors: Counter[str] = Counter()
+    authorization = f"Bearer {callback_key}"
+    split = urlsplit(url)
+    host, port = split.hostname or "127.0.0.1", split.port or 80
+    cpu_before = time.process_time()
+    async with httpx.AsyncClient(
+        base_url=url, headers={"Authorization": authorization}, timeout=60.0
+    ) as http:
+        shared = HttpxPoster(http)
+        pending = list(range(total))
+        pending.reverse()
+
+        async def slot() -> None:
+            poster: Poster = shared
+            raw: RawConnection | None = None
+            if client == "raw":
+                poster = raw = RawConnection(host, port, authorization)
+            try:
+                while pending:
+                    i = pending.pop()
+                    question, answer = questions[i]
+                    try:
+                        await _exchange(poster, f"bench-{tag}-{i:05d}", question, answer)
+                    except (OSError, httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+                        errors[type(exc).__name__] += 1
+                        if raw is not None:
+                            await raw.aclose()
+            finally:
+                if raw is not None:
+                    await raw.aclose()
+
+        await asyncio.gather(*(slot() for _ in range(concurrency)))
+    return {"errors": dict(errors), "cpu_seconds": time.process_time() - cpu_before}
+
+
+def run_baseline(
+    *, rollouts: int, warmup: int, concurrency: int, deadline: float, client: str = "raw"
+) -> ThroughputRun:
+    """One baseline run: the bare client (``raw`` or ``httpx``) as a subprocess against a fresh
+    stand-in in this process."""
+    label = BASELINE if client == "raw" else f"{BASELINE}_{client}"
+    run = ThroughputRun(label, rollouts, warmup, concurrency)
+    callback_key = secrets.token_urlsafe(16)
+    tag = f"{label}-{secrets.token_hex(4)}"
+    total = warmup + rollouts
+    with standin_thread(callback_key) as (standin, signal, url):
+        argv = [
+            sys.executable,
+            "-m",
+            "bench.throughput",
+            BASELINE,
+            "--url",
+            url,
+            "--client",
+            client,
+            "--rollouts",
+            str(total),
+            "--concurrency",
+            str(concurrency),
+            "--tag",
+            tag,
+        ]
+        began = time.perf_counter()
+        try:
+            done = subprocess.run(  # noqa: S603 - a fixed argv list, no shell
+                argv,
+                cwd=REPO_ROOT,
+                env=child_env({"BENCH_CALLBACK_KEY": callback_key}),
+                capture_output=True,
+                text=True,
+                timeout=deadline,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:  # run() has killed it
+            run.failures.append(f"the baseline client took longer than {deadline:g} s")
+            return run
+        run.wall_seconds = time.perf_counter() - began
+        if done.returncode != 0:
+            run.failures.append(
+                f"the baseline client exited {done.returncode}: {done.stderr[-500:]}"
+            )
+            return run
+        try:
+            report = parse_result(done.stdout)
+        except ValueError:
+            run.failures.append(f"the baseline client reported nothing: {done.stderr[-500:]}")
+            return run
+        run.cpu_seconds = float(report["cpu_seconds"])
+        if report["errors"]:
+            run.failures.append(f"baseline exchanges failed: {report['errors']}")
+        _check_callbacks(run, standin, [f"bench-{tag}-{i:05d}" for i in range(total)])
+        run.window_seconds, run.measured = steady_window(signal.times(), warmup, total)
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The baseline's client, run by :func:`run_baseline` (the key comes in the environment)."""
+    parser = argparse.ArgumentParser(prog="python -m bench.throughput")
+    parser.add_argument("mode", choices=[BASELINE])
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--client", choices=("raw", "httpx"), default="raw")
+    parser.add_argument("--rollouts", type=int, required=True)
+    parser.add_argument("--concurrency", type=int, required=True)
+    parser.add_argument("--tag", required=True)
+    args = parser.parse_args(argv)
+    if urlsplit(args.url).hostname != "127.0.0.1":
+        parser.error("the baseline talks to a loopback stand-in only")
+    report = asyncio.run(
+        bare_client(
+            args.url,
+            os.environ["BENCH_CALLBACK_KEY"],
+            total=args.rollouts,
+            concurrency=args.concurrency,
+            tag=args.tag,
+            client=args.client,
+        )
+    )
+    emit_result(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
