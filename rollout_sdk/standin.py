@@ -3,7 +3,10 @@
 It serves TrainGate's two endpoints on loopback: ``/v1/chat/completions`` answers from a scripted
 model that solves ``a OP b`` questions with one ``calculate`` tool call and then a plain answer,
 and ``/v1/rollout/completed`` records every final response it receives (duplicates included, so
-tests can count them). Faults can be injected per endpoint.
+tests can count them). Every call is logged with how it ended, so a test can tell a re-send after a
+lost acknowledgement from a duplicate, and count agent runs per rollout. Faults can be injected per
+endpoint, and per rollout: an error status (with ``Retry-After``), a dropped connection, a delay
+(slowness, or a timeout when longer than the caller waits), a lost acknowledgement.
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ import re
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.requests import ClientDisconnect
 
 _QUESTION = re.compile(
     r"(-?\d+(?:\.\d+)?)\s*(\+|-|\*|/|x|plus|minus|times|divided by)\s*(-?\d+(?:\.\d+)?)"
@@ -108,19 +113,92 @@ class ScriptedModel:
 
 @dataclass
 class Fault:
-    """Answer the next ``count`` calls of an endpoint with ``status`` (after ``delay`` seconds).
+    """What the stand-in does to the next ``count`` calls of an endpoint instead of answering.
 
-    ``status`` 0 drops the connection instead of answering.
+    - ``status``: the answer; 0 drops the connection instead of answering; a 2xx handles the
+      call normally (after ``delay``: slowness).
+    - ``delay``: seconds to wait first; longer than the kit's client timeout, it is a timeout.
+    - ``retry_after``: a ``Retry-After`` header on the answer.
+    - ``lose_ack``: ``/v1/rollout/completed`` only: take the final response (TrainGate has it),
+      then drop the connection, so the kit never sees the 2xx (a lost acknowledgement).
+    - ``rollout_id``: only that rollout's calls (None: the next calls, whichever rollout).
     """
 
     status: int
     count: int = 1
     delay: float = 0.0
     retry_after: str | None = None
+    lose_ack: bool = False
+    rollout_id: str | None = None
+
+
+#: How the stand-in ended a call (:attr:`Call.outcome`).
+OK = "ok"
+ACK_LOST = "ack_lost"
+REFUSED = "refused"
+FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call the stand-in received, and how it ended.
+
+    ``outcome`` is ``ok`` (handled, and the 2xx went to a caller still connected),
+    ``ack_lost`` (handled, but the caller never got the 2xx: an injected lost acknowledgement,
+    or the caller had gone by the time the answer was ready), ``refused`` (a final 4xx: not
+    handled) or ``failed`` (5xx, 408, 429, a dropped connection or a hang: not handled).
+    Times are ``time.monotonic()``.
+    """
+
+    endpoint: str
+    rollout_id: str
+    outcome: str
+    status: int | None
+    arrived: float
+    answered: float
+    body: dict[str, Any] | None = None
+    run_id: str | None = None
+    first_turn: bool = False
+
+    @property
+    def handled(self) -> bool:
+        """TrainGate processed the call, whether or not its 2xx got back."""
+        return self.outcome in (OK, ACK_LOST)
+
+
+def _transport(request: Request) -> asyncio.BaseTransport | None:
+    """The connection under ``request``. uvicorn keeps it on the request's cycle, whose bound
+    ``receive`` is the ASGI receive callable (the ASGI scope itself carries no transport)."""
+    transport = getattr(getattr(request.receive, "__self__", None), "transport", None)
+    return transport if isinstance(transport, asyncio.BaseTransport) else None
+
+
+async def _drop(request: Request) -> Response:
+    """Close the connection without a byte of answer: the caller sees it dropped.
+
+    Once the server has seen the connection go, whatever is returned here is never sent (and
+    nothing is logged); if the connection cannot be found or does not go, raise, so that no
+    answer is ever completed.
+    """
+    transport = _transport(request)
+    if transport is None:
+        raise RuntimeError("cannot drop the connection: no transport found under this server")
+    transport.close()
+    for _ in range(400):
+        if await request.is_disconnected():
+            return Response(status_code=204)  # never sent: the connection is closed
+        await asyncio.sleep(0.005)
+    raise RuntimeError("the connection did not close")
 
 
 class TrainGateStandIn:
-    """The stand-in's state and its FastAPI app (``.app``)."""
+    """The stand-in's state and its FastAPI app (``.app``).
+
+    Every call is logged with how it ended (:meth:`calls_for`). ``completions`` holds the final
+    responses TrainGate received (re-sends included) and ``chat_calls`` counts the chat calls it
+    answered. A chat call may carry a ``run_id`` completion param, one per agent run:
+    :meth:`runs` counts a rollout's distinct runs, so a retried call never looks like a rerun.
+    """
 
     def __init__(
         self,
@@ -137,6 +215,10 @@ class TrainGateStandIn:
         self.chat_bodies: list[dict[str, Any]] = []
         self.keep_chat_bodies = False
         self.faults: dict[str, list[Fault]] = defaultdict(list)
+        self._targeted: dict[tuple[str, str], list[Fault]] = defaultdict(list)
+        self._calls: dict[tuple[str, str], list[Call]] = defaultdict(list)
+        self._pending: dict[tuple[str, str], int] = defaultdict(int)
+        self._released = threading.Event()
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self.app = self._build()
@@ -144,9 +226,15 @@ class TrainGateStandIn:
     # ------------------------------------------------------------------ inspection
 
     def inject(self, endpoint: str, fault: Fault) -> None:
-        """Queue a fault for ``endpoint`` ("chat" or "completed")."""
+        """Queue a fault for ``endpoint`` ("chat" or "completed"); when it names a rollout, it
+        applies to that rollout's calls only (and before any untargeted fault)."""
+        if endpoint not in ("chat", "completed"):
+            raise ValueError(f"unknown endpoint {endpoint!r}; use 'chat' or 'completed'")
         with self._lock:
-            self.faults[endpoint].append(fault)
+            if fault.rollout_id is None:
+                self.faults[endpoint].append(fault)
+            else:
+                self._targeted[(endpoint, fault.rollout_id)].append(fault)
 
     def reported(self) -> int:
         """Rollouts that have at least one final response."""
@@ -164,9 +252,49 @@ class TrainGateStandIn:
                 self._changed.wait(remaining)
             return True
 
-    def _take_fault(self, endpoint: str) -> Fault | None:
+    def calls_for(self, endpoint: str, rollout_id: str) -> list[Call]:
+        """Every call of ``endpoint`` ("chat" or "completed") for ``rollout_id``, in the order
+        they were answered."""
         with self._lock:
-            queue = self.faults.get(endpoint)
+            return list(self._calls.get((endpoint, rollout_id), ()))
+
+    def chat_count(self, rollout_id: str) -> int:
+        """Chat calls of ``rollout_id`` that TrainGate answered (faulted ones left out)."""
+        return sum(1 for c in self.calls_for("chat", rollout_id) if c.handled)
+
+    def runs(self, rollout_id: str) -> int:
+        """Agent runs of ``rollout_id`` seen by TrainGate: the distinct ``run_id`` params of its
+        chat calls, answered or not (an answered call without one counts when it opens a
+        conversation)."""
+        calls = self.calls_for("chat", rollout_id)
+        ids = {c.run_id for c in calls if c.run_id is not None}
+        return len(ids) + sum(1 for c in calls if c.run_id is None and c.first_turn and c.handled)
+
+    def pending(self, endpoint: str, rollout_id: str) -> int:
+        """Calls of ``endpoint`` for ``rollout_id`` received and not answered yet (hanging)."""
+        with self._lock:
+            return self._pending.get((endpoint, rollout_id), 0)
+
+    def pending_total(self) -> int:
+        """Calls received and not answered yet, over every endpoint and rollout."""
+        with self._lock:
+            return sum(self._pending.values())
+
+    def release(self) -> None:
+        """End every delay now (before stopping the server, so no call is left hanging)."""
+        self._released.set()
+
+    async def _pause(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        for _ in range(int(seconds / 0.05) + 2):  # bounded: each step sleeps up to 0.05 s
+            left = end - time.monotonic()
+            if left <= 0 or self._released.is_set():
+                return
+            await asyncio.sleep(min(0.05, left))
+
+    def _take_fault(self, endpoint: str, rollout_id: str) -> Fault | None:
+        with self._lock:
+            queue = self._targeted.get((endpoint, rollout_id)) or self.faults.get(endpoint)
             if not queue:
                 return None
             fault = queue[0]
@@ -180,52 +308,98 @@ class TrainGateStandIn:
             return True
         return request.headers.get("authorization") == f"Bearer {self.callback_key}"
 
+    def _log(self, call: Call) -> None:
+        with self._changed:
+            self._calls[(call.endpoint, call.rollout_id)].append(call)
+            if call.endpoint == "chat" and call.handled:
+                self.chat_calls += 1
+                if self.keep_chat_bodies and call.body is not None:
+                    self.chat_bodies.append(call.body)
+            if call.endpoint == "completed" and call.handled and call.body is not None:
+                self.completions[call.rollout_id].append(call.body)
+            self._changed.notify_all()
+
     # ------------------------------------------------------------------ app
 
     def _build(self) -> FastAPI:
         app = FastAPI(title="TrainGate stand-in", docs_url=None, redoc_url=None)
 
-        async def faulted(endpoint: str, request: Request) -> Response | None:
-            fault = self._take_fault(endpoint)
-            if fault is None:
-                return None
-            if fault.delay:
-                await asyncio.sleep(fault.delay)
-            if fault.status == 0:
-                transport = request.scope.get("transport")
-                if transport is not None:
-                    transport.close()
-                raise asyncio.CancelledError
-            headers = {"Retry-After": fault.retry_after} if fault.retry_after else None
-            return JSONResponse({"detail": "injected fault"}, fault.status, headers=headers)
+        async def handle(
+            endpoint: str, request: Request, answer: Callable[[dict[str, Any]], dict[str, Any]]
+        ) -> Response | dict[str, Any]:
+            arrived = time.monotonic()
+            if not self._authorised(request):
+                return JSONResponse({"detail": "bad callback key"}, 401)
+            try:
+                body = await request.json()
+            except ClientDisconnect:
+                # The caller went before its request was whole (a killed process): no call.
+                return Response(status_code=499)  # never sent: the caller is gone
+            except ValueError:
+                return JSONResponse({"detail": "the body is not JSON"}, 400)
+            if not isinstance(body, dict):
+                return JSONResponse({"detail": "the body is not a JSON object"}, 400)
+            rollout_id = str(body.get("rollout_id"))
+            run_id = body.get("run_id")
+            messages = body.get("messages")
+            first_turn = endpoint == "chat" and not any(
+                isinstance(m, dict) and m.get("role") == "assistant"
+                for m in (messages if isinstance(messages, list) else [])
+            )
+            keep = endpoint == "completed" or self.keep_chat_bodies
+
+            def log(outcome: str, status: int | None) -> None:
+                self._log(
+                    Call(
+                        endpoint=endpoint,
+                        rollout_id=rollout_id,
+                        outcome=outcome,
+                        status=status,
+                        arrived=arrived,
+                        answered=time.monotonic(),
+                        body=body if keep else None,
+                        run_id=None if run_id is None else str(run_id),
+                        first_turn=first_turn,
+                    )
+                )
+
+            key = (endpoint, rollout_id)
+            with self._lock:
+                self._pending[key] += 1
+            try:
+                fault = self._take_fault(endpoint, rollout_id)
+                status = 200
+                if fault is not None:
+                    if fault.delay:
+                        await self._pause(fault.delay)
+                    status = fault.status
+                    if fault.lose_ack or status == 0:
+                        log(ACK_LOST if fault.lose_ack else FAILED, None)
+                        return await _drop(request)
+                    if not 200 <= status < 300:
+                        final = 400 <= status < 500 and status not in (408, 429)
+                        log(REFUSED if final else FAILED, status)
+                        headers = {"Retry-After": fault.retry_after} if fault.retry_after else None
+                        return JSONResponse({"detail": "injected fault"}, status, headers=headers)
+                if endpoint == "chat" and self.chat_delay:
+                    await asyncio.sleep(self.chat_delay)
+                result = answer(body)
+                # A caller that gave up waiting never sees this 2xx: its acknowledgement is lost.
+                log(ACK_LOST if await request.is_disconnected() else OK, status)
+                return result
+            finally:
+                with self._lock:
+                    self._pending[key] -= 1
+
+        def record(body: dict[str, Any]) -> dict[str, Any]:
+            return {"status": "ok"}
 
         @app.post("/v1/chat/completions", response_model=None)
         async def chat(request: Request) -> Response | dict[str, Any]:
-            if not self._authorised(request):
-                return JSONResponse({"detail": "bad callback key"}, 401)
-            injected = await faulted("chat", request)
-            if injected is not None:
-                return injected
-            body = await request.json()
-            if self.chat_delay:
-                await asyncio.sleep(self.chat_delay)
-            with self._lock:
-                self.chat_calls += 1
-                if self.keep_chat_bodies:
-                    self.chat_bodies.append(body)
-            return self.model.reply(body)
+            return await handle("chat", request, self.model.reply)
 
         @app.post("/v1/rollout/completed", response_model=None)
         async def completed(request: Request) -> Response | dict[str, Any]:
-            if not self._authorised(request):
-                return JSONResponse({"detail": "bad callback key"}, 401)
-            injected = await faulted("completed", request)
-            if injected is not None:
-                return injected
-            body = await request.json()
-            with self._changed:
-                self.completions[str(body.get("rollout_id"))].append(body)
-                self._changed.notify_all()
-            return {"status": "ok"}
+            return await handle("completed", request, record)
 
         return app

@@ -1,0 +1,69 @@
+"""The AWS path: ``handler.py`` on moto's server, crashes in real worker processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.reliability import (
+    FAST,
+    AwsRig,
+    Row,
+    run_aws_deadline,
+    run_aws_duplicate_deliveries,
+    run_aws_identical_inits,
+    run_aws_parked_redrive,
+    run_aws_worker_deaths,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_worker_event_delivered_twice_at_once_and_again_later_runs_once(
+    aws_rig: AwsRig,
+) -> None:
+    row = run_aws_duplicate_deliveries(aws_rig, FAST)
+    assert row.ok, row.summary()
+    assert row.sent == row.reported == FAST.aws_deliveries
+    assert "1 done, 1 skipped, 1 late skipped" in row.measured
+
+
+def test_identical_inits_across_environments_run_once(aws_rig: AwsRig) -> None:
+    row = run_aws_identical_inits(aws_rig, FAST)
+    assert row.ok, row.summary()
+    assert row.sent == row.reported == FAST.aws_init_rollouts
+
+
+@pytest.fixture(scope="module")
+def deaths(aws_rig: AwsRig) -> list[Row]:
+    return run_aws_worker_deaths(aws_rig, FAST)
+
+
+@pytest.mark.parametrize(
+    "index",
+    [0, 1, 2, 3],
+    ids=[
+        "mid-run-failure-destination",
+        "mid-run-redelivered",
+        "finished-failure-destination",
+        "finished-redelivered",
+    ],
+)
+def test_a_killed_worker_is_reported_once_and_not_run_again(deaths: list[Row], index: int) -> None:
+    row = deaths[index]
+    assert row.ok, row.summary()
+    assert row.sent == row.reported == FAST.aws_deaths
+
+
+def test_a_parked_response_is_redriven_once_even_by_two_redrives_at_once(
+    aws_rig: AwsRig,
+) -> None:
+    row = run_aws_parked_redrive(aws_rig, FAST)
+    assert row.ok, row.summary()
+    assert row.sent == row.reported == FAST.aws_parked
+
+
+def test_a_slow_agent_is_stopped_before_the_lambda_time_runs_out(aws_rig: AwsRig) -> None:
+    row = run_aws_deadline(aws_rig, FAST)
+    assert row.ok, row.summary()
+    assert row.sent == row.reported == FAST.aws_deadlines
+    assert "timeout" in row.measured

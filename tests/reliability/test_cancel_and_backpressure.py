@@ -1,0 +1,63 @@
+"""Cancel, backpressure and the rollout deadline, through ``rollout-sdk serve`` with 2 running
+and 2 queued at most and a 4 s request timeout."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.reliability import (
+    FAST,
+    LocalRig,
+    Row,
+    run_backpressure,
+    run_cancel,
+    run_local_deadline,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cancelled(control_rig: LocalRig) -> list[Row]:
+    return run_cancel(control_rig, FAST)
+
+
+def test_a_running_rollout_stops_before_its_next_turn_and_is_reported_once(
+    cancelled: list[Row],
+) -> None:
+    row = cancelled[0]
+    assert row.ok, row.summary()
+    assert row.sent == row.reported == FAST.control_running * FAST.cancel_rounds
+
+
+def test_a_queued_rollout_is_reported_cancelled_without_running(cancelled: list[Row]) -> None:
+    row = cancelled[1]
+    assert row.ok, row.summary()
+    assert row.sent == row.reported == FAST.control_queued * FAST.cancel_rounds
+
+
+def test_cancelling_a_reported_rollout_is_409(cancelled: list[Row]) -> None:
+    row = cancelled[2]
+    assert row.ok, row.summary()
+    total = (FAST.control_running + FAST.control_queued) * FAST.cancel_rounds
+    assert row.measured.startswith(f"{total}/{total} answered 409")
+
+
+def test_excess_inits_get_429_with_retry_after_and_every_rollout_is_reported_once(
+    control_rig: LocalRig, cancelled: list[Row]
+) -> None:
+    del cancelled  # after the cancel tests: both use the rig's only slots
+    row = run_backpressure(control_rig, FAST)
+    assert row.ok, row.summary()
+    assert row.sent == row.reported == FAST.backpressure
+    assert "x 429" in row.measured and not row.measured.startswith("0 x")
+
+
+def test_a_rollout_past_the_request_timeout_is_stopped_and_reported_once_as_timeout(
+    control_rig: LocalRig, cancelled: list[Row]
+) -> None:
+    del cancelled  # after the cancel tests, which need the rig's slots free
+    row = run_local_deadline(control_rig, FAST)
+    assert row.ok, row.summary()
+    assert row.sent == row.reported == FAST.control_running
+    assert row.measured.startswith(f"{FAST.control_running} timeout")
