@@ -244,9 +244,9 @@ def provision(
         kms.create_alias(AliasName=alias, TargetKeyId=kms_key_id)
     sqs = session.client("sqs", endpoint_url=endpoint_url)
     dead_letters = sqs.create_queue(QueueName=f"{prefix}-dead-letters")["QueueUrl"]
-    dead_letters_arn = sqs.get_queue_attributes(
-        QueueUrl=dead_letters, AttributeNames=["QueueArn"]
-    )["Attributes"]["QueueArn"]
+    dead_letters_arn = sqs.get_queue_attributes(QueueUrl=dead_letters, AttributeNames=["QueueArn"])[
+        "Attributes"
+    ]["QueueArn"]
     queue_url = sqs.create_queue(
         QueueName=f"{prefix}-rollouts",
         Attributes={
