@@ -17,9 +17,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from .errors import (
     OsmosisServerError,
@@ -29,6 +27,9 @@ from .errors import (
 )
 from .protocol import CompletionsResponse, RolloutResponse
 from .settings import RolloutClientSettings
+
+if TYPE_CHECKING:
+    import httpx
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETED_PATH = "/v1/rollout/completed"
@@ -74,6 +75,12 @@ class _RetryableFailure(Exception):
         self.retry_after = retry_after
 
 
+def _is_timeout(exc: BaseException | None) -> bool:
+    import httpx
+
+    return isinstance(exc, httpx.TimeoutException)
+
+
 class TrainGateClient:
     """Calls TrainGate's chat and completion endpoints with the kit's retry rules.
 
@@ -98,6 +105,10 @@ class TrainGateClient:
     def http(self) -> httpx.AsyncClient:
         """The shared ``httpx.AsyncClient``, built on first use."""
         if self._http is None:
+            # Imported here, not at the top: the API function never calls TrainGate, and httpx
+            # is a tenth of its cold start.
+            import httpx
+
             s = self.settings
             self._http = httpx.AsyncClient(
                 timeout=httpx.Timeout(s.timeout_seconds),
@@ -127,6 +138,8 @@ class TrainGateClient:
         return delay
 
     async def _post(self, url: str, body: Any, api_key: str | None) -> httpx.Response:
+        import httpx
+
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         try:
             return await self.http.post(url, json=body, headers=headers)
@@ -152,7 +165,7 @@ class TrainGateClient:
             except _RetryableFailure as exc:
                 if last:
                     cause = exc.__cause__
-                    if isinstance(cause, httpx.TimeoutException):
+                    if _is_timeout(cause):
                         raise OsmosisTimeoutError(str(exc)) from cause
                     raise OsmosisTransportError(str(exc)) from cause
                 await self._sleep(self.backoff(attempt))

@@ -243,7 +243,7 @@ class LambdaRuntime:
         return DynamoDBStore(
             self.lambda_settings.table_name,
             client=self.clients.dynamodb,
-            s3=self.clients.s3 if bucket else None,
+            s3=(lambda: self.clients.s3) if bucket else None,
             bucket=bucket,
         )
 
@@ -345,7 +345,7 @@ class LambdaRuntime:
         from .vault import KmsVault
 
         key_id = self.lambda_settings.callback_key_kms_key_id
-        return KmsVault(key_id, client=self.clients.kms) if key_id else None
+        return KmsVault(key_id, client=lambda: self.clients.kms) if key_id else None
 
     def handle_worker(self, event: Any, context: Any) -> dict[str, Any]:
         """Run the rollout named by ``event``; a second delivery of the same event runs nothing."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -85,9 +86,17 @@ class LocalVault:
 class KmsVault:
     """AWS KMS under ``key_id``; the encryption context names the purpose."""
 
-    def __init__(self, key_id: str, *, client: KMSClient) -> None:
+    def __init__(self, key_id: str, *, client: KMSClient | Callable[[], KMSClient]) -> None:
         self.key_id = key_id
-        self._kms = client
+        # A callable builds the client on first use: sealing is rare (a parked response).
+        self._source = client
+        self._client: KMSClient | None = None
+
+    @property
+    def _kms(self) -> KMSClient:
+        if self._client is None:
+            self._client = self._source() if callable(self._source) else self._source
+        return self._client
 
     def seal(self, plaintext: str) -> str:
         from botocore.exceptions import BotoCoreError, ClientError

@@ -25,7 +25,7 @@ import hashlib
 import json
 import math
 import zlib
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -82,13 +82,16 @@ class DynamoDBStore:
         table_name: str,
         *,
         client: DynamoDBClient,
-        s3: S3Client | None = None,
+        s3: S3Client | Callable[[], S3Client] | None = None,
         bucket: str | None = None,
         inline_limit: int = DEFAULT_INLINE_LIMIT,
     ) -> None:
         self.table_name = table_name
         self._ddb = client
-        self._s3 = s3
+        # A callable builds the S3 client on first use: most rollouts never need it, and a
+        # client costs tens of milliseconds of a cold start.
+        self._s3_source = s3
+        self._s3_client: S3Client | None = None
         self._bucket = bucket
         self._inline_limit = inline_limit
 
@@ -101,6 +104,13 @@ class DynamoDBStore:
         else:
             detail = f"{type(exc).__name__}: {exc}"
         return StoreError(f"DynamoDB {action} on table {self.table_name!r} failed: {detail}")
+
+    @property
+    def _s3(self) -> S3Client | None:
+        if self._s3_client is None and self._s3_source is not None:
+            source = self._s3_source
+            self._s3_client = source() if callable(source) else source
+        return self._s3_client
 
     # ------------------------------------------------------------------ codec
 
