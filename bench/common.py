@@ -29,8 +29,10 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def median(values: list[float]) -> float:
-    """The median, NaN for no values."""
-    return statistics.median(values) if values else math.nan
+    """The median of the values that are numbers (a failed run's NaN is left out); NaN for
+    none."""
+    numbers = [v for v in values if not math.isnan(v)]
+    return statistics.median(numbers) if numbers else math.nan
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -166,12 +168,13 @@ class StandinProbe:
 
 def steady_window(callback_times: list[float], warmup: int, total: int) -> tuple[float, int]:
     """(seconds, rollouts) of the measured window: from the ``warmup``-th callback (the
-    pipeline is full from then on) to the ``total``-th; (NaN, 0) when too few came back."""
-    if len(callback_times) < total or total <= warmup:
+    pipeline is full from then on) to the last of at most ``total``; a run that lost rollouts
+    is measured over those that came back (its failures say so). (NaN, 0) when none did."""
+    ordered = sorted(callback_times)[:total]
+    if len(ordered) <= max(warmup, 1):
         return math.nan, 0
-    ordered = sorted(callback_times)
     start = ordered[warmup - 1] if warmup > 0 else ordered[0]
-    return ordered[total - 1] - start, total - warmup
+    return ordered[-1] - start, len(ordered) - warmup
 
 
 # ---------------------------------------------------------------- the calculator exchange

@@ -77,6 +77,8 @@ class ThroughputRun:
     cpu_seconds: float = math.nan
     peak_rss_mib: float = math.nan
     failures: list[str] = field(default_factory=list)
+    #: Inits sent a second time after a transport error, by error.
+    init_retries: dict[str, int] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
@@ -108,6 +110,7 @@ class ThroughputRun:
             "wall_seconds": r(self.wall_seconds),
             "cpu_ms_per_rollout": r(self.cpu_ms_per_rollout),
             "peak_rss_mib": r(self.peak_rss_mib),
+            "init_retries": self.init_retries,
             "failures": self.failures,
         }
 
@@ -173,6 +176,7 @@ async def _drive_kit(
     ids = [f"bench-{run.label}-{tag}-{i:05d}" for i in range(total)]
     init_ms = [math.nan] * total
     failures: Counter[str] = Counter()
+    retried: Counter[str] = Counter()
     loop = asyncio.get_running_loop()
     wake = asyncio.Event()
 
@@ -198,11 +202,21 @@ async def _drive_kit(
                 ids[i], question, answer, server_url=traingate_url, callback_key=callback_key
             )
             started = time.perf_counter()
-            try:
-                response = await client.post("/v1/rollout/init", json=body)
-                status = str(response.status_code)
-            except httpx.HTTPError as exc:
-                status = type(exc).__name__
+            for attempt in range(2):
+                try:
+                    response = await client.post("/v1/rollout/init", json=body)
+                    status = str(response.status_code)
+                    break
+                except httpx.TransportError as exc:
+                    # A kept-alive connection the server closed as this request went out (or a
+                    # real failure): TrainGate would send the init again, which is safe (a
+                    # duplicate gets the identical 202); counted, and timed from the first send.
+                    status = type(exc).__name__
+                    if attempt == 0:
+                        retried[status] += 1
+                except httpx.HTTPError as exc:
+                    status = type(exc).__name__
+                    break
             init_ms[i] = (time.perf_counter() - started) * 1000
             if status != "202":
                 refused += 1
@@ -247,6 +261,7 @@ async def _drive_kit(
             "inits not accepted: " + ", ".join(f"{n} x {s}" for s, n in sorted(failures.items()))
         )
     run.init_ms = [v for v in init_ms[run.warmup :] if not math.isnan(v)]
+    run.init_retries = dict(retried)
     return ids
 
 
