@@ -523,10 +523,10 @@ def chart(results: dict[str, Any], path: Path) -> None:
     lows = [max(0.0, m - min(v)) for m, v in zip(medians, spreads, strict=True)]
     highs = [max(0.0, max(v) - m) for m, v in zip(medians, spreads, strict=True)]
     left.bar(labels, medians, color=colours, yerr=[lows, highs], capsize=4)
-    for x, m in enumerate(medians):
+    for x, (m, high) in enumerate(zip(medians, highs, strict=True)):
         left.annotate(
             f"{m:.0f}",
-            (x, m),
+            (x, m + high),
             ha="center",
             va="bottom",
             fontsize=8,
@@ -609,11 +609,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-dynamodb", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
     parser.add_argument("--no-chart", action="store_true")
+    parser.add_argument(
+        "--render",
+        type=Path,
+        metavar="JSON",
+        help="measure nothing: draw the chart (beside the file, latest.png) and print the "
+        "summary of a results file",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.render is not None:
+        import json
+
+        stored = json.loads(args.render.read_text(encoding="utf-8"))
+        chart(stored, args.render.parent / "latest.png")
+        print(summary(stored))
+        return 0
     if not (
         1 <= args.runs <= 10 and 1 <= args.rollouts <= 20_000 and 1 <= args.concurrency <= 1000
     ):
