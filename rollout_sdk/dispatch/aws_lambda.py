@@ -7,14 +7,11 @@ makes a second delivery of the same event run nothing. The invoke happens before
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
 from ..errors import DispatchError
-from .base import Job
+from .base import Job, RemoteDispatcher
 
 if TYPE_CHECKING:
     from mypy_boto3_lambda import LambdaClient
@@ -61,7 +58,7 @@ def failure_from_event(event: Any) -> tuple[Job, str]:
     return job, f"the worker function failed ({condition}{tries}){detail}"
 
 
-class LambdaDispatcher:
+class LambdaDispatcher(RemoteDispatcher):
     """``Invoke(InvocationType="Event")`` of the worker function, one per rollout."""
 
     def __init__(self, function_name: str, *, client: LambdaClient) -> None:
@@ -70,42 +67,21 @@ class LambdaDispatcher:
         self._dispatched = 0
 
     @property
-    def active(self) -> int:
-        # The API function runs no rollouts itself; the store knows what is in flight.
-        return 0
-
-    @property
-    def completed(self) -> int:
-        return 0
-
-    @property
     def dispatched(self) -> int:
         """Invokes this execution environment has made."""
         return self._dispatched
 
     async def dispatch(self, job: Job) -> None:
         payload = json.dumps(job_event(job)).encode()
-
-        def invoke() -> dict[str, Any]:
-            return dict(
+        answer = await self.call_aws(
+            f"invoke of {self.function_name}",
+            lambda: dict(
                 self._client.invoke(
                     FunctionName=self.function_name, InvocationType="Event", Payload=payload
                 )
-            )
-
-        try:
-            answer = await asyncio.to_thread(invoke)
-        except ClientError as exc:
-            error = exc.response.get("Error", {})
-            raise DispatchError(
-                f"invoke of {self.function_name} failed: {error.get('Code')}: {error.get('Message')}"
-            ) from exc
-        except BotoCoreError as exc:
-            raise DispatchError(f"invoke of {self.function_name} failed: {exc}") from exc
+            ),
+        )
         status = answer.get("StatusCode")
         if status != 202:
             raise DispatchError(f"invoke of {self.function_name} answered {status}, expected 202")
         self._dispatched += 1
-
-    async def aclose(self) -> None:
-        """Nothing to stop: Lambda owns the invocations."""

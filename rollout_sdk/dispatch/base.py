@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
+
+from ..errors import DispatchError
 
 
 @dataclass(frozen=True)
@@ -39,3 +43,38 @@ class Dispatcher(Protocol):
     async def aclose(self) -> None:
         """Stop; rollouts still running are left to the record's recovery rules."""
         ...
+
+
+class RemoteDispatcher:
+    """Base of the dispatchers that hand rollouts to AWS (an invoke, a queue message).
+
+    The API function runs no rollouts itself, so it counts none (the store knows what is in
+    flight); there is nothing to stop; an AWS call runs in a worker thread and its botocore
+    errors become DispatchError naming ``what`` failed.
+    """
+
+    @property
+    def active(self) -> int:
+        return 0
+
+    @property
+    def completed(self) -> int:
+        return 0
+
+    async def aclose(self) -> None:
+        """Nothing to stop: AWS holds what was handed off."""
+
+    @staticmethod
+    async def call_aws(what: str, call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """Run ``call`` in a thread; DispatchError naming ``what`` on a botocore error."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return await asyncio.to_thread(call)
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            raise DispatchError(
+                f"{what} failed: {error.get('Code')}: {error.get('Message')}"
+            ) from exc
+        except BotoCoreError as exc:
+            raise DispatchError(f"{what} failed: {exc}") from exc
