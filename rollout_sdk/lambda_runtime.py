@@ -427,15 +427,8 @@ class LambdaRuntime:
                 logger.error("malformed dead letter dropped: %s", exc)
                 continue
             receives = (message.get("attributes") or {}).get("ApproximateReceiveCount", "?")
-            record = self.loop.run_until_complete(
-                self.worker.settle(
-                    job.rollout_id,
-                    reason=f"the queued rollout failed {receives} times (dead-letter queue)",
-                    api_key=job.api_key,
-                )
-            )
-            if record is not None and record.state.is_active:
-                record = self.loop.run_until_complete(self.worker.run(job))
+            reason = f"the queued rollout failed {receives} times (dead-letter queue)"
+            record = self.loop.run_until_complete(self.worker.report_failed_job(job, reason=reason))
             settled.append(
                 {"rollout_id": job.rollout_id, "state": record.state.value if record else "absent"}
             )
@@ -452,26 +445,7 @@ class LambdaRuntime:
         except ValueError as exc:
             logger.error("malformed failure record: %s", exc)
             return {"status": "rejected", "error": str(exc)}
-        import time
-
-        from .record import RecordState
-
-        record = self.loop.run_until_complete(
-            self.worker.settle(job.rollout_id, reason=reason, api_key=job.api_key)
-        )
-        if (
-            record is not None
-            and record.state in (RecordState.RUNNING, RecordState.FINISHED)
-            and not record.lease_free(time.time())
-        ):
-            # A live lease: a delivery of the event still runs it or sends its stored response
-            # (alive, it renews the lease and reports), or died moments ago. Wait for the lease
-            # to be renewed or run out, then settle with this failure's reason (bounded by this
-            # function's time).
-            self.loop.run_until_complete(self.worker.await_owner(job, reason=reason))
-            record = self.loop.run_until_complete(
-                self.worker.store.get(job.rollout_id, now=time.time())
-            )
+        record = self.loop.run_until_complete(self.worker.report_failed_job(job, reason=reason))
         return {
             "status": "settled",
             "rollout_id": job.rollout_id,

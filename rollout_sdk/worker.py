@@ -250,6 +250,18 @@ class RolloutWorker:
         )
         return None
 
+    async def report_failed_job(self, job: Job, *, reason: str) -> RolloutRecord | None:
+        """A job AWS gave up on (the on-failure destination, the dead-letter queue): settle its
+        rollout once, naming ``reason``. When a live lease holds the record (a delivery of the
+        job still runs it, or died moments ago), wait for the lease to be renewed or run out
+        first. Returns the record as it ends up."""
+        record = await self.settle(job.rollout_id, reason=reason, api_key=job.api_key)
+        held = record is not None and record.state in (RecordState.RUNNING, RecordState.FINISHED)
+        if held and record is not None and not record.lease_free(self.clock()):
+            await self.await_owner(job, reason=reason)
+            record = await self.store.get(job.rollout_id, now=self.clock())
+        return record
+
     async def await_owner(self, job: Job, *, reason: str) -> RolloutRecord | None:
         """Wait for whoever holds the rollout's lease (running it, or delivering its stored
         response): None when it renews the lease (alive) or reports; when the lease runs out
