@@ -59,11 +59,9 @@ def comparable_request(request: RolloutRequest) -> dict[str, Any]:
     return request.model_dump(mode="json", exclude=set(_NOT_COMPARED))
 
 
-def request_fingerprint(request: RolloutRequest) -> str:
-    """A stable hash of :func:`comparable_request`."""
-    canonical = json.dumps(
-        comparable_request(request), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    )
+def request_fingerprint(comparable: dict[str, Any]) -> str:
+    """A stable hash of a :func:`comparable_request` result."""
+    canonical = json.dumps(comparable, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -116,11 +114,12 @@ class RolloutRecord:
         ttl_seconds: float,
     ) -> RolloutRecord:
         """An ACCEPTED record for a fresh init (the callback key is never stored here)."""
+        comparable = comparable_request(request)
         return cls(
             rollout_id=request.rollout_id,
             slot=idempotency_slot(request),
-            fingerprint=request_fingerprint(request),
-            request=comparable_request(request),
+            fingerprint=request_fingerprint(comparable),
+            request=comparable,
             init_response=init_response.model_dump(mode="json"),
             created_at=now,
             updated_at=now,
