@@ -108,6 +108,11 @@ class TransactionalStore(abc.ABC):
         """An exclusive transaction; committed on normal exit, rolled back on an exception."""
 
     @abc.abstractmethod
+    @abc.abstractmethod
+    def purge_expired(self, now: float) -> int:
+        """Delete records whose TTL has passed (DynamoDB's TTL does this on AWS); how many."""
+
+    @abc.abstractmethod
     def _scan(self, states: Collection[RecordState]) -> Iterator[RolloutRecord]:
         """Every record in ``states``, expired ones included."""
 
@@ -167,6 +172,9 @@ class TransactionalStore(abc.ABC):
     async def scan(
         self, states: Collection[RecordState], *, now: float, limit: int = 100
     ) -> list[RolloutRecord]:
+        # Scans run on the re-drive's timer: the place to drop expired records, so a long-lived
+        # local server does not grow without bound.
+        self.purge_expired(now)
         live = [r for r in self._scan(states) if not r.is_expired(now)]
         live.sort(key=lambda r: r.updated_at)
         return live[:limit]

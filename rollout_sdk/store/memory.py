@@ -52,6 +52,14 @@ class MemoryStore(TransactionalStore):
         with self._lock:
             yield _MemoryTransaction(self._by_id, self._by_slot)
 
+    def purge_expired(self, now: float) -> int:
+        """Forget records whose TTL has passed; returns how many."""
+        with self._transaction() as txn:
+            expired = [rid for rid, r in self._by_id.items() if r.is_expired(now)]
+            for rollout_id in expired:
+                txn.delete(rollout_id)
+        return len(expired)
+
     def _scan(self, states: Collection[RecordState]) -> Iterator[RolloutRecord]:
         with self._lock:
             records = list(self._by_id.values())

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from rollout_sdk.record import RecordState
-from rollout_sdk.store.base import Store
+from rollout_sdk.store.base import Store, TransactionalStore
 
 from .records import NOW, TOOL, TTL, claim, make_record
 
@@ -454,3 +454,11 @@ async def test_the_sealed_key_round_trips_and_is_not_in_the_repr(store: Store) -
         "r-1", from_states=(RecordState.ACCEPTED,), changes={"sealed_key": None}, now=NOW
     )
     assert cleared.record is not None and cleared.record.sealed_key is None
+
+
+async def test_a_scan_drops_expired_records_for_good(store: Store) -> None:
+    await store.create(make_record(), now=NOW)
+    assert await store.scan((RecordState.ACCEPTED,), now=NOW + TTL + 1) == []
+    # Gone, not only hidden: a later reader with an earlier clock does not see it either.
+    if isinstance(store, TransactionalStore):
+        assert await store.get("r-1", now=NOW) is None
