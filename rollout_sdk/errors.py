@@ -22,7 +22,6 @@ the v1 Osmosis SDK are kept, with their meaning, so ported agents can keep catch
     │   ├── RolloutAlreadyFinished          409: cancel of a finished rollout
     │   └── AgentToolsError                 500: the agent's get_tools failed or is invalid
     ├── StoreError                          the record store failed (I/O, corruption)
-    │   └── RecordConflict                  a conditional state change lost its race
     └── DispatchError                       the hand-off to a worker failed
         └── Overloaded                      429: past the concurrency limit and the queue bound
 
@@ -137,10 +136,6 @@ class RolloutAlreadyFinished(RequestRejected):
 
 class StoreError(RolloutError):
     """The record store failed."""
-
-
-class RecordConflict(StoreError):
-    """A conditional state change found the record in another state."""
 
 
 class DispatchError(RolloutError):

@@ -51,11 +51,6 @@ class InProcessDispatcher:
     def completed(self) -> int:
         return self._completed
 
-    @property
-    def running(self) -> int:
-        """Jobs holding a slot right now."""
-        return self.max_concurrent - self._slots._value  # noqa: SLF001 - no public accessor
-
     async def dispatch(self, job: Job) -> None:
         if self._closed:
             raise DispatchError("the server is shutting down; retry against another instance")
