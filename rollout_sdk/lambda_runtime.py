@@ -27,6 +27,7 @@ from .errors import ConfigurationError
 from .settings import RolloutSettings, load_settings
 
 if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.parameters import SecretsProvider
     from fastapi import FastAPI
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_kms import KMSClient
@@ -262,14 +263,15 @@ class LambdaRuntime:
         reader = self._secret_reader or self._read_secret
         return parse_server_keys(reader(name, self.lambda_settings.secret_max_age_seconds))
 
-    def _read_secret(self, name: str, max_age: int) -> str:
+    @cached_property
+    def _secrets(self) -> SecretsProvider:
+        """Powertools' secrets provider (its cache lives as long as this environment)."""
         from aws_lambda_powertools.utilities.parameters import SecretsProvider
 
-        provider = self.__dict__.get("_secrets_provider")
-        if provider is None:
-            provider = SecretsProvider(boto3_client=self.clients.secretsmanager)
-            self.__dict__["_secrets_provider"] = provider
-        value = provider.get(name, max_age=max_age)
+        return SecretsProvider(boto3_client=self.clients.secretsmanager)
+
+    def _read_secret(self, name: str, max_age: int) -> str:
+        value = self._secrets.get(name, max_age=max_age)
         if isinstance(value, bytes):
             return value.decode()
         if not isinstance(value, str):
