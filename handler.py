@@ -12,7 +12,7 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from rollout_sdk.lambda_runtime import LambdaRuntime
+from rollout_sdk.aws.runtime import LambdaRuntime
 
 logger = Logger(service="rollout-sdk")
 # The SDK logs through the standard library; give its loggers Powertools' JSON format, so every

@@ -59,8 +59,8 @@ def init_event(rollout_id: str, server_url: str) -> dict[str, Any]:
 
 def count_requests(runs: int) -> dict[str, Any]:
     """``runs`` + 1 rollouts through handler.api and handler.worker, each request named."""
-    from rollout_sdk.invoke import function_environment, import_handler, invoke
-    from rollout_sdk.local_aws import EmbeddedMoto, load_template, provision
+    from rollout_sdk.local.emulator import EmbeddedMoto, load_template, provision
+    from rollout_sdk.local.invoke import function_environment, import_handler, invoke
 
     rollouts: list[dict[str, Any]] = []
     failures: list[str] = []
@@ -173,8 +173,8 @@ def _child(mode: str, env: dict[str, str], event: Any | None, workdir: Path) -> 
 
 def cold_start(runs: int) -> dict[str, Any]:
     """``runs`` rounds (after one warm-up round) of bare import, API 202 and worker claim."""
-    from rollout_sdk.invoke import function_environment
-    from rollout_sdk.local_aws import EmbeddedMoto, load_template, provision
+    from rollout_sdk.local.emulator import EmbeddedMoto, load_template, provision
+    from rollout_sdk.local.invoke import function_environment
 
     template = load_template(TEMPLATE)
     rounds: list[dict[str, Any]] = []

@@ -663,7 +663,7 @@ def main(argv: list[str] | None = None) -> int:
             "concurrency": args.concurrency,
             "in_flight": "rollouts (a new init when a callback arrives)",
             "agent": "examples.calculator.agent:agent_loop",
-            "standin": "rollout_sdk.standin.TrainGateStandIn, zero latency, in the bench process",
+            "standin": "rollout_sdk.testing.standin.TrainGateStandIn, zero latency, in the bench process",
             "baselines": {
                 BASELINE: "bare client, kept-alive HTTP/1.1 on asyncio streams, one connection "
                 "per slot: the protocol's own cost (wire, JSON, stand-in)",

@@ -61,7 +61,7 @@ def main(argv: list[str]) -> dict[str, Any]:
         handler = sys.modules["handler"]
         with open(argv[1], encoding="utf-8") as handle:
             event = json.load(handle)
-        from rollout_sdk.invoke import invoke
+        from rollout_sdk.local.invoke import invoke
 
         if mode == "api":
             call = invoke(handler, "ApiFunction", event, timeout_seconds=29)

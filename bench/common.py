@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollout_sdk.client import CHAT_PATH, COMPLETED_PATH
+from rollout_sdk.engine.client import CHAT_PATH, COMPLETED_PATH
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MIB = 1024 * 1024

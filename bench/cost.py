@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rollout_sdk.engine.record import RecordState, RolloutRecord
 from rollout_sdk.protocol import InitResponse, RolloutRequest, RolloutResponse, RolloutStatus
-from rollout_sdk.record import RecordState, RolloutRecord
 from rollout_sdk.store.dynamodb import DynamoDBStore
 
 ROOT = Path(__file__).resolve().parents[1]

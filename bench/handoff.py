@@ -34,14 +34,14 @@ from typing import Any
 
 from bench.load import HTTPSubprocess
 from examples.calculator.agent import agent_loop
-from rollout_sdk.client import TrainGateClient
 from rollout_sdk.dispatch.base import Job
+from rollout_sdk.engine.client import TrainGateClient
+from rollout_sdk.engine.record import RolloutRecord
+from rollout_sdk.engine.worker import RolloutWorker
 from rollout_sdk.protocol import InitResponse, RolloutRequest
-from rollout_sdk.record import RolloutRecord
 from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.memory import MemoryStore
-from rollout_sdk.uvicorn_thread import free_port
-from rollout_sdk.worker import RolloutWorker
+from rollout_sdk.testing.threads import free_port
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

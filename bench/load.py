@@ -28,10 +28,10 @@ from typing import IO, Self, TextIO
 
 import httpx
 
-from rollout_sdk.demo import Progress, percentile
-from rollout_sdk.lifecycle import StartStop
-from rollout_sdk.standin import TrainGateStandIn
-from rollout_sdk.uvicorn_thread import ServerThread, free_port
+from rollout_sdk.local.demo import Progress, percentile
+from rollout_sdk.testing.lifecycle import StartStop
+from rollout_sdk.testing.standin import TrainGateStandIn
+from rollout_sdk.testing.threads import ServerThread, free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_AGENT = "examples.calculator.agent:agent_loop"

@@ -22,7 +22,7 @@ import httpx
 from bench.common import MIB, StandinProbe, init_body, peak_rss, reset_peak_rss, rss
 from bench.load import ServerProcess, make_questions
 from bench.throughput import standin_thread
-from rollout_sdk.standin import TrainGateStandIn
+from rollout_sdk.testing.standin import TrainGateStandIn
 
 
 @dataclass

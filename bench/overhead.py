@@ -23,10 +23,10 @@ import httpx
 
 from bench.common import COMPLETION_PARAMS, REPO_ROOT, first_messages, median
 from bench.load import HTTPSubprocess
-from rollout_sdk.agent import RolloutLLMClient
-from rollout_sdk.client import CHAT_PATH, TrainGateClient
+from rollout_sdk.agent.loop import RolloutLLMClient
+from rollout_sdk.engine.client import CHAT_PATH, TrainGateClient
 from rollout_sdk.settings import RolloutClientSettings
-from rollout_sdk.uvicorn_thread import free_port
+from rollout_sdk.testing.threads import free_port
 
 
 @dataclass

@@ -5,7 +5,7 @@
 
 Every row drives the real thing over loopback: a ``rollout-sdk serve`` subprocess on its SQLite
 store, or the Lambda handlers of ``handler.py`` on moto's server, against the TrainGate stand-in
-(:mod:`rollout_sdk.standin`, served by uvicorn on 127.0.0.1), which fails on command. The stand-in
+(:mod:`rollout_sdk.testing.standin`, served by uvicorn on 127.0.0.1), which fails on command. The stand-in
 logs every call and how it ended, so each row counts, rollout by rollout:
 
 - lost: TrainGate never received a final response;
@@ -52,9 +52,9 @@ from urllib.parse import quote
 import httpx
 
 from bench.load import REPO_ROOT, HTTPSubprocess, ServerProcess, make_questions, subprocess_env
-from rollout_sdk.lifecycle import StartStop
-from rollout_sdk.standin import ACK_LOST, OK, REFUSED, Call, Fault, TrainGateStandIn
-from rollout_sdk.uvicorn_thread import ServerThread
+from rollout_sdk.testing.lifecycle import StartStop
+from rollout_sdk.testing.standin import ACK_LOST, OK, REFUSED, Call, Fault, TrainGateStandIn
+from rollout_sdk.testing.threads import ServerThread
 
 T = TypeVar("T")
 
@@ -1802,7 +1802,7 @@ AWS_SETTINGS = {
 
 _LAMBDA_PROCESS = """
 import json, sys
-from rollout_sdk.invoke import LocalLambdaContext, import_handler
+from rollout_sdk.local.invoke import LocalLambdaContext, import_handler
 event_path, function, timeout, out_path = sys.argv[1:5]
 handler = import_handler({})
 with open(event_path, encoding="utf-8") as f:
@@ -1894,8 +1894,8 @@ class AwsRig(StartStop):
         return self.traingate.url
 
     def start(self) -> Self:
-        from rollout_sdk.invoke import function_environment, import_handler
-        from rollout_sdk.local_aws import EmbeddedMoto, load_template, provision
+        from rollout_sdk.local.emulator import EmbeddedMoto, load_template, provision
+        from rollout_sdk.local.invoke import function_environment, import_handler
 
         self._environ = dict(os.environ)
         self._sys_path = list(sys.path)
@@ -1975,7 +1975,7 @@ class AwsRig(StartStop):
 
     def worker(self, event: Any, *, env: int = 0, timeout: float = 900.0) -> Future[Any]:
         """Deliver a worker event in environment ``env`` (a Lambda context of ``timeout`` s)."""
-        from rollout_sdk.invoke import LocalLambdaContext
+        from rollout_sdk.local.invoke import LocalLambdaContext
 
         def call(module: Any) -> Any:
             return module.worker(event, LocalLambdaContext("WorkerFunction", timeout))
@@ -1984,7 +1984,7 @@ class AwsRig(StartStop):
 
     def failed(self, event: Any, *, env: int = 0) -> Future[Any]:
         """The on-failure destination record, to ``handler.worker_failed``."""
-        from rollout_sdk.invoke import LocalLambdaContext
+        from rollout_sdk.local.invoke import LocalLambdaContext
 
         def call(module: Any) -> Any:
             return module.worker_failed(event, LocalLambdaContext("WorkerFailureFunction", 300))
@@ -1993,7 +1993,7 @@ class AwsRig(StartStop):
 
     def redrive(self, *, env: int = 0) -> Future[Any]:
         """The scheduled re-drive, to ``handler.redrive``."""
-        from rollout_sdk.invoke import LocalLambdaContext, load_event
+        from rollout_sdk.local.invoke import LocalLambdaContext, load_event
 
         event = load_event(EVENTS / "redrive.json")
 
@@ -2020,7 +2020,7 @@ class AwsRig(StartStop):
 
 def failure_record(event: Any, condition: str = "RetriesExhausted") -> Any:
     """What Lambda sends the on-failure destination for ``event`` (events/worker-failure.json)."""
-    from rollout_sdk.invoke import load_event
+    from rollout_sdk.local.invoke import load_event
 
     record = load_event(EVENTS / "worker-failure.json")
     record["requestPayload"] = event
@@ -2072,7 +2072,7 @@ def run_aws_duplicate_deliveries(rig: AwsRig, scale: Scale, say: Say = quiet) ->
         barrier = threading.Barrier(2)
 
         def both(module: Any, event: Any = event, barrier: threading.Barrier = barrier) -> Any:
-            from rollout_sdk.invoke import LocalLambdaContext
+            from rollout_sdk.local.invoke import LocalLambdaContext
 
             barrier.wait(10)
             return module.worker(event, LocalLambdaContext("WorkerFunction", 900))
@@ -2134,7 +2134,7 @@ def run_aws_identical_inits(rig: AwsRig, scale: Scale, say: Say = quiet, inits: 
 
 
 def _init_call(body: dict[str, Any]) -> Callable[[Any], tuple[int, str, list[Any]]]:
-    from rollout_sdk.invoke import invoke, load_event
+    from rollout_sdk.local.invoke import invoke, load_event
 
     event = load_event(EVENTS / "init.json")
     event["body"] = json.dumps(body)
@@ -2345,7 +2345,7 @@ def run_aws_deadline(rig: AwsRig, scale: Scale, say: Say = quiet) -> Row:
 
     def timed(event: Any) -> Callable[[Any], tuple[Any, float]]:
         def call(module: Any) -> tuple[Any, float]:
-            from rollout_sdk.invoke import LocalLambdaContext
+            from rollout_sdk.local.invoke import LocalLambdaContext
 
             started = time.monotonic()
             result = module.worker(event, LocalLambdaContext("WorkerFunction", margin + budget))
@@ -2490,7 +2490,7 @@ def render(
         "",
         "Local rows run `rollout-sdk serve` (SQLite store) as a subprocess; AWS rows run "
         "`handler.py` against moto's server, in several imported execution environments and "
-        "in subprocesses for crashes. TrainGate is `rollout_sdk.standin` under uvicorn. All on "
+        "in subprocesses for crashes. TrainGate is `rollout_sdk.testing.standin` under uvicorn. All on "
         "127.0.0.1. Settings: client timeout "
         f"{scale.client_timeout:g} s under the TrainGate faults, retry delays 0.05-0.5 s, "
         "re-drive every 1 s (every 6 s on the server that is killed); AWS: lease 5 s, heartbeat "

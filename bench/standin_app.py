@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from rollout_sdk.standin import TrainGateStandIn
+from rollout_sdk.testing.standin import TrainGateStandIn
 
 standin = TrainGateStandIn(chat_delay=float(os.environ.get("STANDIN_CHAT_DELAY", "0")))
 app = standin.app

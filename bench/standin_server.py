@@ -14,7 +14,7 @@ import sys
 
 import uvicorn
 
-from rollout_sdk.standin import TrainGateStandIn
+from rollout_sdk.testing.standin import TrainGateStandIn
 
 
 def main(argv: list[str] | None = None) -> int:

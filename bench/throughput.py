@@ -52,9 +52,9 @@ from bench.common import (
     steady_window,
 )
 from bench.load import ServerProcess, make_questions
-from rollout_sdk.client import CHAT_PATH, COMPLETED_PATH
-from rollout_sdk.standin import TrainGateStandIn
-from rollout_sdk.uvicorn_thread import ServerThread
+from rollout_sdk.engine.client import CHAT_PATH, COMPLETED_PATH
+from rollout_sdk.testing.standin import TrainGateStandIn
+from rollout_sdk.testing.threads import ServerThread
 
 BASELINE = "baseline"
 

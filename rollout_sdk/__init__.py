@@ -8,15 +8,43 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from .agent import (
+from rollout_sdk.agent.loop import (
     CompletionsResult,
     RolloutAgentLoop,
     RolloutContext,
     RolloutLLMClient,
     RolloutResult,
 )
-from .app import create_app
-from .errors import (
+from rollout_sdk.agent.registry import (
+    AgentLoopRegistry,
+    get_agent_loop,
+    list_agent_loops,
+    register_agent_loop,
+    unregister_agent_loop,
+)
+from rollout_sdk.agent.tools import (
+    count_messages_by_role,
+    create_tool_error_result,
+    create_tool_result,
+    execute_tool_calls,
+    get_message_content,
+    get_message_role,
+    get_tool_call_info,
+    is_assistant_message,
+    is_tool_message,
+    is_user_message,
+    normalize_stop,
+    parse_tool_arguments,
+    parse_tool_calls,
+    serialize_tool_result,
+)
+from rollout_sdk.agent.validation import (
+    ValidationError,
+    ValidationResult,
+    validate_agent_loop,
+    validate_and_report,
+)
+from rollout_sdk.errors import (
     AgentLoopNotFoundError,
     AgentLoopValidationError,
     OsmosisRolloutError,
@@ -28,7 +56,9 @@ from .errors import (
     ToolArgumentError,
     ToolExecutionError,
 )
-from .protocol import (
+from rollout_sdk.http.app import create_app
+from rollout_sdk.local.server import DEFAULT_HOST, DEFAULT_PORT, ServeError, serve_agent_loop
+from rollout_sdk.protocol import (
     DEFAULT_MAX_METADATA_SIZE_BYTES,
     CompletionsChoice,
     CompletionsRequest,
@@ -48,15 +78,7 @@ from .protocol import (
     RolloutStatus,
     ToolResponse,
 )
-from .registry import (
-    AgentLoopRegistry,
-    get_agent_loop,
-    list_agent_loops,
-    register_agent_loop,
-    unregister_agent_loop,
-)
-from .server import DEFAULT_HOST, DEFAULT_PORT, ServeError, serve_agent_loop
-from .settings import (
+from rollout_sdk.settings import (
     RolloutClientSettings,
     RolloutServerSettings,
     RolloutSettings,
@@ -66,23 +88,6 @@ from .settings import (
     reset_settings,
     set_max_metadata_size_bytes,
 )
-from .tools import (
-    count_messages_by_role,
-    create_tool_error_result,
-    create_tool_result,
-    execute_tool_calls,
-    get_message_content,
-    get_message_role,
-    get_tool_call_info,
-    is_assistant_message,
-    is_tool_message,
-    is_user_message,
-    normalize_stop,
-    parse_tool_arguments,
-    parse_tool_calls,
-    serialize_tool_result,
-)
-from .validation import ValidationError, ValidationResult, validate_agent_loop, validate_and_report
 
 __version__ = "0.1.0"
 

@@ -25,7 +25,7 @@ the v1 Osmosis SDK are kept, with their meaning, so ported agents can keep catch
     └── DispatchError                       the hand-off to a worker failed
         └── Overloaded                      429: past the concurrency limit and the queue bound
 
-Errors are mapped to HTTP status codes in one place, :mod:`rollout_sdk.app`.
+Errors are mapped to HTTP status codes in one place, :mod:`rollout_sdk.http.app`.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from typing import Any
 from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from .errors import ConfigurationError
-from .protocol import DEFAULT_MAX_METADATA_SIZE_BYTES
+from rollout_sdk.errors import ConfigurationError
+from rollout_sdk.protocol import DEFAULT_MAX_METADATA_SIZE_BYTES
 
 CLIENT_PREFIX = "OSMOSIS_ROLLOUT_CLIENT_"
 SERVER_PREFIX = "OSMOSIS_ROLLOUT_SERVER_"

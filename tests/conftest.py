@@ -47,7 +47,7 @@ def _isolated_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def moto_endpoint() -> Iterator[str]:
     """moto's server on 127.0.0.1 (a free port) for the whole session: DynamoDB, Lambda, S3,
     Secrets Manager. Tests make their own tables, so they never share records."""
-    from rollout_sdk.local_aws import EmbeddedMoto
+    from rollout_sdk.local.emulator import EmbeddedMoto
 
     with EmbeddedMoto() as moto:
         yield moto.endpoint_url

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Dispatcher, Job
-from .inprocess import InProcessDispatcher
+from rollout_sdk.dispatch.base import Dispatcher, Job
+from rollout_sdk.dispatch.inprocess import InProcessDispatcher
 
 __all__ = ["Dispatcher", "InProcessDispatcher", "Job"]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from ..errors import DispatchError
-from .base import Job, RemoteDispatcher
+from rollout_sdk.dispatch.base import Job, RemoteDispatcher
+from rollout_sdk.errors import DispatchError
 
 if TYPE_CHECKING:
     from mypy_boto3_lambda import LambdaClient

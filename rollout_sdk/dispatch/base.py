@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import DispatchError
+from rollout_sdk.errors import DispatchError
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from ..errors import DispatchError, Overloaded
-from .base import Job
+from rollout_sdk.dispatch.base import Job
+from rollout_sdk.errors import DispatchError, Overloaded
 
 logger = logging.getLogger("rollout_sdk.dispatch")
 

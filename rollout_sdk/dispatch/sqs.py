@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from .aws_lambda import job_event
-from .base import Job, RemoteDispatcher
+from rollout_sdk.dispatch.aws_lambda import job_event
+from rollout_sdk.dispatch.base import Job, RemoteDispatcher
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .base import CreateResult, Store, TransactionalStore, TransitionResult
-from .memory import MemoryStore
-from .sqlite import SQLiteStore
+from rollout_sdk.store.base import CreateResult, Store, TransactionalStore, TransitionResult
+from rollout_sdk.store.memory import MemoryStore
+from rollout_sdk.store.sqlite import SQLiteStore
 
 __all__ = [
     "CreateResult",

@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from ..record import RecordState, RolloutRecord
+from rollout_sdk.engine.record import RecordState, RolloutRecord
 
 ConflictOn = Literal["slot", "rollout_id"]
 

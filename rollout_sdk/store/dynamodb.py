@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..errors import StoreError
-from ..record import RecordState, RolloutRecord
-from .base import CreateResult, TransitionResult
+from rollout_sdk.engine.record import RecordState, RolloutRecord
+from rollout_sdk.errors import StoreError
+from rollout_sdk.store.base import CreateResult, TransitionResult
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

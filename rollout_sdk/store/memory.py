@@ -6,8 +6,8 @@ import threading
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 
-from ..record import RecordState, RolloutRecord
-from .base import TransactionalStore
+from rollout_sdk.engine.record import RecordState, RolloutRecord
+from rollout_sdk.store.base import TransactionalStore
 
 
 class _MemoryTransaction:

@@ -14,9 +14,9 @@ from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import StoreError
-from ..record import RecordState, RolloutRecord
-from .base import TransactionalStore
+from rollout_sdk.engine.record import RecordState, RolloutRecord
+from rollout_sdk.errors import StoreError
+from rollout_sdk.store.base import TransactionalStore
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS rollouts (

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from rollout_sdk.invoke import function_environment, import_handler
-from rollout_sdk.local_aws import LocalResources, load_template, provision
-from rollout_sdk.standin import TrainGateStandIn
-from rollout_sdk.uvicorn_thread import ServerThread
+from rollout_sdk.local.emulator import LocalResources, load_template, provision
+from rollout_sdk.local.invoke import function_environment, import_handler
+from rollout_sdk.testing.standin import TrainGateStandIn
+from rollout_sdk.testing.threads import ServerThread
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_KEY = "local-server-key"  # what events/*.json send

@@ -8,9 +8,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from rollout_sdk.invoke import invoke, load_event
-from rollout_sdk.local_aws import LocalResources
-from rollout_sdk.standin import TrainGateStandIn
+from rollout_sdk.local.emulator import LocalResources
+from rollout_sdk.local.invoke import invoke, load_event
+from rollout_sdk.testing.standin import TrainGateStandIn
 
 from .conftest import CALLBACK_KEY, ROOT
 

@@ -85,7 +85,7 @@ def test_serve_on_a_given_endpoint_creates_only_the_table(
     import httpx
 
     from bench.load import HTTPSubprocess
-    from rollout_sdk.uvicorn_thread import free_port
+    from rollout_sdk.testing.threads import free_port
 
     port = free_port()
     argv = [*CLI, "serve", "--agent", "examples.calculator.agent:agent_loop", "--port", str(port)]

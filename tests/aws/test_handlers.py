@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from rollout_sdk.invoke import LocalLambdaContext, invoke, load_event
-from rollout_sdk.standin import TrainGateStandIn
+from rollout_sdk.local.invoke import LocalLambdaContext, invoke, load_event
+from rollout_sdk.testing.standin import TrainGateStandIn
 
 from .conftest import CALLBACK_KEY, ROOT
 

@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
-from rollout_sdk.errors import ConfigurationError
-from rollout_sdk.lambda_runtime import (
+from rollout_sdk.aws.runtime import (
     LambdaRuntime,
     LambdaSettings,
     check_deadlines,
     load_lambda_settings,
     parse_server_keys,
 )
-from rollout_sdk.local_aws import LocalResources
+from rollout_sdk.errors import ConfigurationError
+from rollout_sdk.local.emulator import LocalResources
 from rollout_sdk.settings import load_settings
 
 
@@ -87,7 +87,7 @@ def test_a_malformed_secret_is_a_configuration_error(secret: str) -> None:
 def test_rotation_two_keys_valid_at_once_and_the_secret_is_cached(
     handler: Any, resources: LocalResources
 ) -> None:
-    from rollout_sdk.invoke import invoke, load_event
+    from rollout_sdk.local.invoke import invoke, load_event
 
     from .conftest import ROOT
 
@@ -118,7 +118,7 @@ def test_rotation_two_keys_valid_at_once_and_the_secret_is_cached(
 
 
 def test_an_empty_secret_fails_closed(handler: Any, resources: LocalResources) -> None:
-    from rollout_sdk.invoke import invoke, load_event
+    from rollout_sdk.local.invoke import invoke, load_event
 
     from .conftest import ROOT
 
@@ -140,7 +140,7 @@ def test_an_empty_secret_fails_closed(handler: Any, resources: LocalResources) -
 def test_an_unreadable_secret_is_503_with_retry_after(handler: Any) -> None:
     from botocore.exceptions import ClientError
 
-    from rollout_sdk.invoke import invoke, load_event
+    from rollout_sdk.local.invoke import invoke, load_event
 
     from .conftest import ROOT
 

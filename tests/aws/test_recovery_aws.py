@@ -6,10 +6,10 @@ import json
 import time
 from typing import Any
 
-from rollout_sdk.invoke import invoke, load_event
-from rollout_sdk.local_aws import LocalResources
-from rollout_sdk.record import RecordState, RolloutRecord
-from rollout_sdk.standin import Fault, TrainGateStandIn
+from rollout_sdk.engine.record import RecordState, RolloutRecord
+from rollout_sdk.local.emulator import LocalResources
+from rollout_sdk.local.invoke import invoke, load_event
+from rollout_sdk.testing.standin import Fault, TrainGateStandIn
 
 from .conftest import CALLBACK_KEY, ROOT
 

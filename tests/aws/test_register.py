@@ -9,9 +9,9 @@ import pytest
 from fastapi import FastAPI, Request
 
 from examples.calculator.agent import agent_loop
-from rollout_sdk.register import RegisterError, mask, parse_target, register
-from rollout_sdk.server import build_local_app
-from rollout_sdk.uvicorn_thread import ServerThread
+from rollout_sdk.local.register import RegisterError, mask, parse_target, register
+from rollout_sdk.local.server import build_local_app
+from rollout_sdk.testing.threads import ServerThread
 
 SERVER_KEY = "server-key-0123456789"
 TOKEN = "platform-token-abcdef"
@@ -101,7 +101,7 @@ def test_a_url_with_a_path_is_refused_with_the_reason() -> None:
 def test_cli_exit_codes(
     rollout_server: str, platform: tuple[Platform, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from rollout_sdk.cli import main
+    from rollout_sdk.local.cli import main
 
     stand_in, platform_url = platform
     args = [

@@ -34,8 +34,8 @@ _TABLES = itertools.count()
 
 async def dynamodb_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     """DynamoDBStore over HTTP to moto's server, on a fresh table made from template.yaml."""
-    from rollout_sdk.lambda_runtime import AwsClients
-    from rollout_sdk.local_aws import load_template, table_definition
+    from rollout_sdk.aws.runtime import AwsClients
+    from rollout_sdk.local.emulator import load_template, table_definition
     from rollout_sdk.store.dynamodb import DynamoDBStore
 
     endpoint: str = request.getfixturevalue("moto_endpoint")

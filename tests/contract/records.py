@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rollout_sdk.engine.record import RecordState, RolloutRecord
 from rollout_sdk.protocol import (
     InitResponse,
     OpenAIFunctionParametersSchema,
@@ -12,7 +13,6 @@ from rollout_sdk.protocol import (
     OpenAIFunctionToolSchema,
     RolloutRequest,
 )
-from rollout_sdk.record import RecordState, RolloutRecord
 from rollout_sdk.store.base import Store
 
 NOW = 1_700_000_000.0

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from rollout_sdk.engine.record import RecordState
 from rollout_sdk.errors import StoreError
-from rollout_sdk.record import RecordState
 from rollout_sdk.store.sqlite import SQLiteStore
 
 from .records import NOW, TTL, claim, make_record

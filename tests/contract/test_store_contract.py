@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from rollout_sdk.record import RecordState
+from rollout_sdk.engine.record import RecordState
 from rollout_sdk.store.base import Store, TransactionalStore
 
 from .records import NOW, TOOL, TTL, claim, make_record

@@ -14,8 +14,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from rollout_sdk.standin import TrainGateStandIn  # noqa: E402 - after the path fix above
-from rollout_sdk.uvicorn_thread import ServerThread  # noqa: E402
+from rollout_sdk.testing.standin import TrainGateStandIn  # noqa: E402 - after the path fix above
+from rollout_sdk.testing.threads import ServerThread  # noqa: E402
 
 
 @pytest.fixture

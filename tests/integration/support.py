@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from bench.load import REPO_ROOT, subprocess_env
 from examples.calculator.agent import CalculatorAgent
-from rollout_sdk.server import build_local_app
+from rollout_sdk.local.server import build_local_app
 from rollout_sdk.settings import load_settings
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
     from starlette.types import ASGIApp, Receive, Scope, Send
 
-    from rollout_sdk.agent import RolloutAgentLoop, RolloutContext, RolloutResult
+    from rollout_sdk.agent.loop import RolloutAgentLoop, RolloutContext, RolloutResult
     from rollout_sdk.settings import RolloutSettings
 
 SERVER_KEY = "integration-server-key"

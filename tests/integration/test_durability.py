@@ -8,9 +8,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rollout_sdk.record import RecordState
-from rollout_sdk.standin import TrainGateStandIn
-from rollout_sdk.uvicorn_thread import ServerThread
+from rollout_sdk.engine.record import RecordState
+from rollout_sdk.testing.standin import TrainGateStandIn
+from rollout_sdk.testing.threads import ServerThread
 
 from .support import AUTH, local_app, rollout_body, wait_until
 

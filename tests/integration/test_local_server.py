@@ -11,10 +11,10 @@ import httpx
 import pytest
 
 from bench.load import make_questions
-from rollout_sdk.record import RecordState
+from rollout_sdk.engine.record import RecordState
 from rollout_sdk.settings import load_settings
-from rollout_sdk.standin import TrainGateStandIn
-from rollout_sdk.uvicorn_thread import ServerThread
+from rollout_sdk.testing.standin import TrainGateStandIn
+from rollout_sdk.testing.threads import ServerThread
 
 from .support import AUTH, CountingAgent, HeaderRecorder, local_app, rollout_body, wait_until
 

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from examples.calculator.agent import agent_loop
-from rollout_sdk.server import build_local_app
-from rollout_sdk.standin import TrainGateStandIn
-from rollout_sdk.uvicorn_thread import ServerThread
+from rollout_sdk.local.server import build_local_app
+from rollout_sdk.testing.standin import TrainGateStandIn
+from rollout_sdk.testing.threads import ServerThread
 
 pytestmark = pytest.mark.integration
 LIMIT = 1024 * 1024

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from bench.load import REPO_ROOT, HTTPSubprocess
-from rollout_sdk.standin import TrainGateStandIn
-from rollout_sdk.uvicorn_thread import ServerThread, free_port
+from rollout_sdk.testing.standin import TrainGateStandIn
+from rollout_sdk.testing.threads import ServerThread, free_port
 
 from .support import rollout_body
 

@@ -11,7 +11,7 @@ import pytest
 
 from bench import reliability
 from bench.reliability import FAST, Delivery, Row, check_last_turn, render, totals
-from rollout_sdk.standin import ACK_LOST, FAILED, OK, REFUSED, Call
+from rollout_sdk.testing.standin import ACK_LOST, FAILED, OK, REFUSED, Call
 
 _clock = itertools.count(1)
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from rollout_sdk.standin import ACK_LOST, FAILED, OK, REFUSED, Fault, TrainGateStandIn
-from rollout_sdk.uvicorn_thread import ServerThread
+from rollout_sdk.testing.standin import ACK_LOST, FAILED, OK, REFUSED, Fault, TrainGateStandIn
+from rollout_sdk.testing.threads import ServerThread
 
 pytestmark = pytest.mark.integration
 

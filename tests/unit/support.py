@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from rollout_sdk.agent import RolloutAgentLoop, RolloutContext, RolloutResult
+from rollout_sdk.agent.loop import RolloutAgentLoop, RolloutContext, RolloutResult
 from rollout_sdk.dispatch.base import Job
 from rollout_sdk.errors import DispatchError
 from rollout_sdk.protocol import (

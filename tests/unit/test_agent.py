@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from rollout_sdk.agent import (
+from rollout_sdk.agent.loop import (
     CompletionsResult,
     RolloutAgentLoop,
     RolloutCancelled,
@@ -19,7 +19,7 @@ from rollout_sdk.agent import (
     RolloutResult,
     debug_trace_path,
 )
-from rollout_sdk.client import CHAT_PATH, TrainGateClient
+from rollout_sdk.engine.client import CHAT_PATH, TrainGateClient
 from rollout_sdk.errors import OsmosisRolloutError, OsmosisValidationError
 from rollout_sdk.protocol import (
     OpenAIFunctionToolSchema,

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from rollout_sdk.client import (
+from rollout_sdk.engine.client import (
     CHAT_PATH,
     COMPLETED_PATH,
     TrainGateClient,

@@ -7,15 +7,15 @@ import time
 
 import httpx
 
-from rollout_sdk.client import CHAT_PATH, COMPLETED_PATH, TrainGateClient
 from rollout_sdk.dispatch.base import Job
+from rollout_sdk.engine.client import CHAT_PATH, COMPLETED_PATH, TrainGateClient
+from rollout_sdk.engine.record import RecordState, RolloutRecord
+from rollout_sdk.engine.recovery import RESTART_REASON, Recovery
+from rollout_sdk.engine.vault import LocalVault
+from rollout_sdk.engine.worker import RolloutWorker
 from rollout_sdk.protocol import InitResponse
-from rollout_sdk.record import RecordState, RolloutRecord
-from rollout_sdk.recovery import RESTART_REASON, Recovery
 from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.memory import MemoryStore
-from rollout_sdk.vault import LocalVault
-from rollout_sdk.worker import RolloutWorker
 
 from .support import ADD_TOOL, EchoAgent, FakeSleep, FakeTrainGate, make_request
 

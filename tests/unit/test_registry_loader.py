@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from rollout_sdk.errors import AgentLoopNotFoundError, ConfigurationError, OsmosisRolloutError
-from rollout_sdk.loader import load_agent_loop, load_object
-from rollout_sdk.registry import (
+from rollout_sdk.agent.loader import load_agent_loop, load_object
+from rollout_sdk.agent.registry import (
     AgentLoopRegistry,
     get_agent_loop,
     list_agent_loops,
     register_agent_loop,
     unregister_agent_loop,
 )
+from rollout_sdk.errors import AgentLoopNotFoundError, ConfigurationError, OsmosisRolloutError
 
 from .support import EchoAgent
 
@@ -108,7 +108,7 @@ def write_module(folder: Path, name: str, source: str) -> None:
 
 
 AGENT_SOURCE = """
-    from rollout_sdk.agent import RolloutAgentLoop
+    from rollout_sdk.agent.loop import RolloutAgentLoop
 
 
     class LoadedAgent(RolloutAgentLoop):

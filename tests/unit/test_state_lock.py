@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from examples.calculator.agent import agent_loop
-from rollout_sdk.server import LOCK_FILE, ServeError, StateLock, build_local_app
+from rollout_sdk.local.server import LOCK_FILE, ServeError, StateLock, build_local_app
 
 
 async def test_a_second_server_on_the_same_folder_is_refused_naming_the_holder(
@@ -34,7 +34,7 @@ def test_the_lock_is_released_by_release_and_by_the_process_dying(tmp_path: Path
     StateLock(tmp_path).acquire().release()
     # A process that takes the lock and dies without releasing it (as SIGKILL would) frees it.
     code = (
-        "import sys, os; from rollout_sdk.server import StateLock; "
+        "import sys, os; from rollout_sdk.local.server import StateLock; "
         f"StateLock({str(tmp_path)!r}).acquire(); os._exit(0)"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -1,4 +1,4 @@
-"""Tool-call and message helpers (every name in ``rollout_sdk.tools.__all__``)."""
+"""Tool-call and message helpers (every name in ``rollout_sdk.agent.tools.__all__``)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,8 @@ from typing import Any
 
 import pytest
 
-from rollout_sdk import tools
-from rollout_sdk.errors import ToolArgumentError, ToolExecutionError
-from rollout_sdk.protocol import OpenAIFunctionCallSchema, OpenAIFunctionToolCall
-from rollout_sdk.tools import (
+from rollout_sdk.agent import tools
+from rollout_sdk.agent.tools import (
     count_messages_by_role,
     create_tool_error_result,
     create_tool_result,
@@ -27,6 +25,8 @@ from rollout_sdk.tools import (
     parse_tool_calls,
     serialize_tool_result,
 )
+from rollout_sdk.errors import ToolArgumentError, ToolExecutionError
+from rollout_sdk.protocol import OpenAIFunctionCallSchema, OpenAIFunctionToolCall
 
 TESTED = {
     count_messages_by_role,

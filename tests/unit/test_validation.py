@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from rollout_sdk.agent.validation import format_report, validate_agent_loop
 from rollout_sdk.errors import AgentLoopValidationError
 from rollout_sdk.protocol import OpenAIFunctionSchema, OpenAIFunctionToolSchema, RolloutRequest
-from rollout_sdk.validation import format_report, validate_agent_loop
 
 from .support import ADD_TOOL, EchoAgent, make_request
 

@@ -10,14 +10,14 @@ from typing import Any
 import httpx
 import pytest
 
-from rollout_sdk.agent import RolloutContext, RolloutResult
-from rollout_sdk.client import CHAT_PATH, COMPLETED_PATH, TrainGateClient
+from rollout_sdk.agent.loop import RolloutContext, RolloutResult
 from rollout_sdk.dispatch.base import Job
+from rollout_sdk.engine.client import CHAT_PATH, COMPLETED_PATH, TrainGateClient
+from rollout_sdk.engine.record import RecordState, RolloutRecord
+from rollout_sdk.engine.worker import RolloutWorker
 from rollout_sdk.protocol import InitResponse, Message, RolloutRequest
-from rollout_sdk.record import RecordState, RolloutRecord
 from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.memory import MemoryStore
-from rollout_sdk.worker import RolloutWorker
 
 from .support import ADD_TOOL, EchoAgent, FakeSleep, FakeTrainGate, completion, make_request
 

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .errors import OsmosisRolloutError
-from .protocol import (
+from rollout_sdk.agent.tools import get_message_content, parse_tool_calls
+from rollout_sdk.errors import OsmosisRolloutError
+from rollout_sdk.protocol import (
     CompletionsResponse,
     Message,
     OpenAIFunctionToolSchema,
@@ -21,10 +22,9 @@ from .protocol import (
     RolloutRequest,
     RolloutStatus,
 )
-from .tools import get_message_content, parse_tool_calls
 
 if TYPE_CHECKING:
-    from .client import TrainGateClient
+    from rollout_sdk.engine.client import TrainGateClient
 
 
 class RolloutCancelled(OsmosisRolloutError):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from .errors import AgentLoopNotFoundError
+from rollout_sdk.errors import AgentLoopNotFoundError
 
 if TYPE_CHECKING:
-    from .agent import RolloutAgentLoop
+    from rollout_sdk.agent.loop import RolloutAgentLoop
 
 
 class AgentLoopRegistry:

@@ -7,8 +7,8 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from .errors import ToolArgumentError
-from .protocol import Message, normalize_stop
+from rollout_sdk.errors import ToolArgumentError
+from rollout_sdk.protocol import Message, normalize_stop
 
 __all__ = [
     "count_messages_by_role",

@@ -9,7 +9,7 @@ from typing import Any
 
 import uvicorn
 
-from .lifecycle import StartStop
+from rollout_sdk.testing.lifecycle import StartStop
 
 
 def free_port(host: str = "127.0.0.1") -> int:

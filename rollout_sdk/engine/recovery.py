@@ -20,11 +20,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .errors import RolloutError
-from .record import RecordState, RolloutRecord
-from .worker import RolloutWorker
+from rollout_sdk.engine.record import RecordState, RolloutRecord
+from rollout_sdk.engine.worker import RolloutWorker
+from rollout_sdk.errors import RolloutError
 
-logger = logging.getLogger("rollout_sdk.recovery")
+logger = logging.getLogger("rollout_sdk.engine.recovery")
 
 RESTART_REASON = (
     "the rollout server stopped while this rollout was in flight; it is reported, not run again"

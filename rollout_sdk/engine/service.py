@@ -7,8 +7,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .admission import check_server_url
-from .errors import (
+from rollout_sdk.agent.validation import check_tool
+from rollout_sdk.engine.record import RecordState, RolloutRecord, differing_fields
+from rollout_sdk.errors import (
     AgentToolsError,
     DispatchError,
     IdempotencyConflict,
@@ -16,20 +17,19 @@ from .errors import (
     RolloutAlreadyFinished,
     RolloutNotFound,
 )
-from .protocol import InitResponse, OpenAIFunctionToolSchema, RolloutRequest
-from .record import RecordState, RolloutRecord, differing_fields
-from .validation import check_tool
+from rollout_sdk.http.admission import check_server_url
+from rollout_sdk.protocol import InitResponse, OpenAIFunctionToolSchema, RolloutRequest
 
 if TYPE_CHECKING:
-    from .agent import RolloutAgentLoop
-    from .dispatch.base import Dispatcher
-    from .settings import RolloutSettings
-    from .store.base import Store
-    from .worker import RolloutWorker
+    from rollout_sdk.agent.loop import RolloutAgentLoop
+    from rollout_sdk.dispatch.base import Dispatcher
+    from rollout_sdk.engine.worker import RolloutWorker
+    from rollout_sdk.settings import RolloutSettings
+    from rollout_sdk.store.base import Store
 
-from .dispatch.base import Job
+from rollout_sdk.dispatch.base import Job
 
-logger = logging.getLogger("rollout_sdk.service")
+logger = logging.getLogger("rollout_sdk.engine.service")
 
 
 class RolloutService:

@@ -19,14 +19,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import (
+from rollout_sdk.errors import (
     OsmosisServerError,
     OsmosisTimeoutError,
     OsmosisTransportError,
     OsmosisValidationError,
 )
-from .protocol import CompletionsResponse, RolloutResponse
-from .settings import RolloutClientSettings
+from rollout_sdk.protocol import CompletionsResponse, RolloutResponse
+from rollout_sdk.settings import RolloutClientSettings
 
 if TYPE_CHECKING:
     import httpx

@@ -11,8 +11,8 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import AgentLoopValidationError
-from .protocol import OpenAIFunctionToolSchema, RolloutRequest
+from rollout_sdk.errors import AgentLoopValidationError
+from rollout_sdk.protocol import OpenAIFunctionToolSchema, RolloutRequest
 
 
 @dataclass(frozen=True)

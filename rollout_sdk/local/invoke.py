@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigurationError
-from .local_aws import LocalResources, load_template
+from rollout_sdk.errors import ConfigurationError
+from rollout_sdk.local.emulator import LocalResources, load_template
 
 ALIASES = {
     "api": "ApiFunction",

@@ -21,13 +21,16 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from .admission import AdmissionMiddleware
-from .agent import RolloutAgentLoop
-from .auth import KeyProvider, ServerKeyMiddleware
-from .client import TrainGateClient
-from .dispatch.base import Dispatcher
-from .dispatch.inprocess import InProcessDispatcher
-from .errors import (
+from rollout_sdk.agent.loop import RolloutAgentLoop
+from rollout_sdk.agent.validation import validate_agent_loop
+from rollout_sdk.dispatch.base import Dispatcher
+from rollout_sdk.dispatch.inprocess import InProcessDispatcher
+from rollout_sdk.engine.client import TrainGateClient
+from rollout_sdk.engine.recovery import Recovery
+from rollout_sdk.engine.service import RolloutService, record_status
+from rollout_sdk.engine.vault import KeyVault, LocalVault
+from rollout_sdk.engine.worker import RolloutWorker
+from rollout_sdk.errors import (
     AgentToolsError,
     ConfigurationError,
     DispatchError,
@@ -39,17 +42,14 @@ from .errors import (
     ServerUrlRefused,
     StoreError,
 )
-from .protocol import InitResponse, RolloutRequest
-from .recovery import Recovery
-from .service import RolloutService, record_status
-from .settings import RolloutSettings, get_settings
-from .store.base import Store
-from .store.memory import MemoryStore
-from .validation import validate_agent_loop
-from .vault import KeyVault, LocalVault
-from .worker import RolloutWorker
+from rollout_sdk.http.admission import AdmissionMiddleware
+from rollout_sdk.http.auth import KeyProvider, ServerKeyMiddleware
+from rollout_sdk.protocol import InitResponse, RolloutRequest
+from rollout_sdk.settings import RolloutSettings, get_settings
+from rollout_sdk.store.base import Store
+from rollout_sdk.store.memory import MemoryStore
 
-logger = logging.getLogger("rollout_sdk.app")
+logger = logging.getLogger("rollout_sdk.http.app")
 
 Hook = Callable[[], Awaitable[None] | None]
 

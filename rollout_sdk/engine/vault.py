@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from .errors import StoreError
+from rollout_sdk.errors import StoreError
 
 if TYPE_CHECKING:
     from mypy_boto3_kms import KMSClient

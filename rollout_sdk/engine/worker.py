@@ -1,7 +1,7 @@
 """The worker: claims a rollout, runs the agent loop, fixes the final response, calls TrainGate.
 
 The same code runs in the local server (through the in-process dispatcher) and in the worker
-Lambda. Each step is a conditional move of the record (see :mod:`rollout_sdk.record`):
+Lambda. Each step is a conditional move of the record (see :mod:`rollout_sdk.engine.record`):
 
 1. claim ACCEPTED -> RUNNING on this attempt, with a short lease that a heartbeat renews while
    the agent runs; losing the claim means another delivery of the same job owns the rollout, so
@@ -29,25 +29,25 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .agent import (
+from rollout_sdk.agent.loop import (
     RolloutAgentLoop,
     RolloutCancelled,
     RolloutContext,
     RolloutLLMClient,
     RolloutResult,
 )
-from .errors import StoreError
-from .protocol import RolloutMetrics, RolloutResponse, RolloutStatus
-from .record import RecordState, RolloutRecord, expiry
+from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
+from rollout_sdk.errors import StoreError
+from rollout_sdk.protocol import RolloutMetrics, RolloutResponse, RolloutStatus
 
 if TYPE_CHECKING:
-    from .client import DeliveryResult, TrainGateClient
-    from .dispatch.base import Job
-    from .settings import RolloutSettings
-    from .store.base import Store, TransitionResult
-    from .vault import KeyVault
+    from rollout_sdk.dispatch.base import Job
+    from rollout_sdk.engine.client import DeliveryResult, TrainGateClient
+    from rollout_sdk.engine.vault import KeyVault
+    from rollout_sdk.settings import RolloutSettings
+    from rollout_sdk.store.base import Store, TransitionResult
 
-logger = logging.getLogger("rollout_sdk.worker")
+logger = logging.getLogger("rollout_sdk.engine.worker")
 
 Clock = Callable[[], float]
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .server import DEFAULT_STATE_DIR, SQLITE_FILE
+from rollout_sdk.local.server import DEFAULT_STATE_DIR, SQLITE_FILE
 
 DEFAULT_AGENT = "examples.calculator.agent:agent_loop"
 DEFAULT_DATASET = "examples/calculator/dataset.jsonl"
@@ -22,9 +22,9 @@ def _fail(message: str, code: int = 2) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from .errors import ConfigurationError
-    from .loader import load_agent_loop
-    from .validation import format_report, validate_agent_loop
+    from rollout_sdk.agent.loader import load_agent_loop
+    from rollout_sdk.agent.validation import format_report, validate_agent_loop
+    from rollout_sdk.errors import ConfigurationError
 
     try:
         agent_loop = load_agent_loop(args.agent)
@@ -38,11 +38,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from .errors import ConfigurationError, StoreError
-    from .loader import load_agent_loop
-    from .server import build_local_app
-    from .settings import get_settings
-    from .validation import format_report, validate_agent_loop
+    from rollout_sdk.agent.loader import load_agent_loop
+    from rollout_sdk.agent.validation import format_report, validate_agent_loop
+    from rollout_sdk.errors import ConfigurationError, StoreError
+    from rollout_sdk.local.server import build_local_app
+    from rollout_sdk.settings import get_settings
 
     try:
         settings = get_settings()
@@ -61,8 +61,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     )
     try:
         if args.store == "dynamodb":
-            from .local_aws import EmbeddedMoto
-            from .server import open_dynamodb_store
+            from rollout_sdk.local.emulator import EmbeddedMoto
+            from rollout_sdk.local.server import open_dynamodb_store
 
             endpoint = args.dynamodb_endpoint
             if endpoint is None:
@@ -99,10 +99,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _cmd_invoke(args: argparse.Namespace) -> int:
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from . import invoke as inv
-    from .errors import ConfigurationError
-    from .local_aws import EmbeddedMoto, provision
-    from .register import mask
+    from rollout_sdk.errors import ConfigurationError
+    from rollout_sdk.local import invoke as inv
+    from rollout_sdk.local.emulator import EmbeddedMoto, provision
+    from rollout_sdk.local.register import mask
 
     try:
         template = inv.load(args.template)
@@ -162,8 +162,8 @@ def _cmd_invoke(args: argparse.Namespace) -> int:
 
 def _with_standin(event: Any) -> tuple[Any, Any]:
     """Start a TrainGate stand-in and point the init event's server_url at it."""
-    from .standin import TrainGateStandIn
-    from .uvicorn_thread import ServerThread
+    from rollout_sdk.testing.standin import TrainGateStandIn
+    from rollout_sdk.testing.threads import ServerThread
 
     standin = TrainGateStandIn()
     server = ServerThread(standin.app).start()
@@ -179,7 +179,7 @@ def _with_standin(event: Any) -> tuple[Any, Any]:
 
 
 def _cmd_register(args: argparse.Namespace) -> int:
-    from .register import RegisterError, register
+    from rollout_sdk.local.register import RegisterError, register
 
     try:
         result = register(
@@ -206,14 +206,14 @@ def _cmd_register(args: argparse.Namespace) -> int:
 def _cmd_redrive(args: argparse.Namespace) -> int:
     import asyncio
 
-    from .client import TrainGateClient
-    from .errors import ConfigurationError, StoreError
-    from .recovery import Recovery
-    from .server import KEY_FILE
-    from .settings import get_settings
-    from .store.sqlite import SQLiteStore
-    from .vault import LocalVault
-    from .worker import RolloutWorker
+    from rollout_sdk.engine.client import TrainGateClient
+    from rollout_sdk.engine.recovery import Recovery
+    from rollout_sdk.engine.vault import LocalVault
+    from rollout_sdk.engine.worker import RolloutWorker
+    from rollout_sdk.errors import ConfigurationError, StoreError
+    from rollout_sdk.local.server import KEY_FILE
+    from rollout_sdk.settings import get_settings
+    from rollout_sdk.store.sqlite import SQLiteStore
 
     path = Path(args.state_dir) / SQLITE_FILE
     if not path.exists():
@@ -253,7 +253,7 @@ def _cmd_redrive(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from rollout_sdk.local.demo import run_demo
 
     return run_demo(args)
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 if TYPE_CHECKING:
     import argparse
 
-    from .standin import TrainGateStandIn
+    from rollout_sdk.testing.standin import TrainGateStandIn
 
 POLL_SECONDS = 0.05
 
@@ -343,12 +343,12 @@ def run_demo(args: argparse.Namespace) -> int:
 
     1 for a bad dataset, agent or failed run; 2 for bad options; 130 when interrupted.
     """
-    from .errors import ConfigurationError, StoreError
-    from .loader import load_agent_loop
-    from .server import build_local_app
-    from .standin import ScriptedModel, TrainGateStandIn
-    from .uvicorn_thread import ServerThread
-    from .validation import format_report, validate_agent_loop
+    from rollout_sdk.agent.loader import load_agent_loop
+    from rollout_sdk.agent.validation import format_report, validate_agent_loop
+    from rollout_sdk.errors import ConfigurationError, StoreError
+    from rollout_sdk.local.server import build_local_app
+    from rollout_sdk.testing.standin import ScriptedModel, TrainGateStandIn
+    from rollout_sdk.testing.threads import ServerThread
 
     if args.repeat < 1:
         return _error("--repeat must be at least 1", 2)

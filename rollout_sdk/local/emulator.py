@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigurationError
-from .lifecycle import StartStop
+from rollout_sdk.errors import ConfigurationError
+from rollout_sdk.testing.lifecycle import StartStop
 
 DEFAULT_TEMPLATE = Path("template.yaml")
 LOCAL_REGION = "us-east-1"

@@ -3,7 +3,7 @@
 - API function: the FastAPI app behind API Gateway (HTTP API, payload 2.0) through Mangum with
   ``lifespan="off"``; init claims the record in DynamoDB and invokes the worker asynchronously
   before answering 202.
-- Worker function: parses the job event, runs :class:`~rollout_sdk.worker.RolloutWorker` with a
+- Worker function: parses the job event, runs :class:`~rollout_sdk.engine.worker.RolloutWorker` with a
   deadline taken from the Lambda's remaining time, and returns a small summary.
 
 Nothing here touches the network at import or construction: boto3 clients connect on first use,
@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from .errors import ConfigurationError
-from .settings import RolloutSettings, load_settings
+from rollout_sdk.errors import ConfigurationError
+from rollout_sdk.settings import RolloutSettings, load_settings
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.parameters import SecretsProvider
@@ -36,11 +36,11 @@ if TYPE_CHECKING:
     from mypy_boto3_secretsmanager import SecretsManagerClient
     from mypy_boto3_sqs import SQSClient
 
-    from .agent import RolloutAgentLoop
-    from .dispatch.base import Dispatcher, Job
-    from .record import RolloutRecord
-    from .vault import KeyVault
-    from .worker import RolloutWorker
+    from rollout_sdk.agent.loop import RolloutAgentLoop
+    from rollout_sdk.dispatch.base import Dispatcher, Job
+    from rollout_sdk.engine.record import RolloutRecord
+    from rollout_sdk.engine.vault import KeyVault
+    from rollout_sdk.engine.worker import RolloutWorker
 
 logger = logging.getLogger("rollout_sdk.lambda")
 
@@ -215,8 +215,8 @@ class LambdaRuntime:
     @classmethod
     def from_environment(cls, *, clients: AwsClients | None = None) -> LambdaRuntime:
         """Build from the environment ``template.yaml`` sets. Raises ConfigurationError."""
-        from .loader import load_agent_loop
-        from .validation import validate_agent_loop
+        from rollout_sdk.agent.loader import load_agent_loop
+        from rollout_sdk.agent.validation import validate_agent_loop
 
         lambda_settings = load_lambda_settings()
         settings = load_settings()
@@ -238,7 +238,7 @@ class LambdaRuntime:
     @cached_property
     def store(self) -> Any:
         """The DynamoDB store (large values in the payload bucket)."""
-        from .store.dynamodb import DynamoDBStore
+        from rollout_sdk.store.dynamodb import DynamoDBStore
 
         bucket = self.lambda_settings.payload_bucket
         return DynamoDBStore(
@@ -251,7 +251,7 @@ class LambdaRuntime:
     @cached_property
     def client(self) -> Any:
         """The process's one TrainGate client."""
-        from .client import TrainGateClient
+        from rollout_sdk.engine.client import TrainGateClient
 
         return TrainGateClient(self.settings.client)
 
@@ -283,7 +283,7 @@ class LambdaRuntime:
     @cached_property
     def app(self) -> FastAPI:
         """The same app the local server runs, on DynamoDB and the Lambda dispatcher."""
-        from .app import create_app
+        from rollout_sdk.http.app import create_app
 
         return create_app(
             self.agent_loop,
@@ -304,8 +304,8 @@ class LambdaRuntime:
     @cached_property
     def dispatcher(self) -> Dispatcher:
         """The hand-off the template chose: an asynchronous invoke, or the rollout queue."""
-        from .dispatch.aws_lambda import LambdaDispatcher
-        from .dispatch.sqs import SqsDispatcher
+        from rollout_sdk.dispatch.aws_lambda import LambdaDispatcher
+        from rollout_sdk.dispatch.sqs import SqsDispatcher
 
         if self.lambda_settings.hand_off == "queue":
             if not self.lambda_settings.queue_url:
@@ -335,7 +335,7 @@ class LambdaRuntime:
     @cached_property
     def worker(self) -> RolloutWorker:
         """The worker, on the same store and client."""
-        from .worker import RolloutWorker
+        from rollout_sdk.engine.worker import RolloutWorker
 
         return RolloutWorker(
             self.agent_loop, self.store, self.client, self.settings, vault=self.vault
@@ -344,14 +344,14 @@ class LambdaRuntime:
     @cached_property
     def vault(self) -> KeyVault | None:
         """KMS, for callback keys of responses parked for re-drive (CALLBACK_KEY_KMS_KEY_ID)."""
-        from .vault import KmsVault
+        from rollout_sdk.engine.vault import KmsVault
 
         key_id = self.lambda_settings.callback_key_kms_key_id
         return KmsVault(key_id, client=lambda: self.clients.kms) if key_id else None
 
     def handle_worker(self, event: Any, context: Any) -> dict[str, Any]:
         """Run the rollout named by ``event``; a second delivery of the same event runs nothing."""
-        from .dispatch.aws_lambda import job_from_event
+        from rollout_sdk.dispatch.aws_lambda import job_from_event
 
         try:
             job = job_from_event(event)
@@ -387,7 +387,7 @@ class LambdaRuntime:
         finds the record claimed or finished and does nothing twice. A malformed message is logged
         and dropped: retrying cannot fix it.
         """
-        from .dispatch.aws_lambda import job_from_event
+        from rollout_sdk.dispatch.aws_lambda import job_from_event
 
         records = event.get("Records", []) if isinstance(event, dict) else []
         jobs: list[tuple[str, Job]] = []
@@ -419,7 +419,7 @@ class LambdaRuntime:
     def handle_dead_letters(self, event: Any, context: Any) -> dict[str, Any]:
         """Messages the rollout queue gave up on (its dead-letter queue): report each rollout
         once, with its stored response or an ERROR, as the on-failure destination does."""
-        from .dispatch.aws_lambda import job_from_event
+        from rollout_sdk.dispatch.aws_lambda import job_from_event
 
         settled = []
         for message in event.get("Records", []) if isinstance(event, dict) else []:
@@ -440,7 +440,7 @@ class LambdaRuntime:
         """The worker's on-failure destination: Lambda gave up on a worker event (retries
         exhausted, or the event aged out). Send the stored response, or an ERROR naming the
         failure, once; the record says it was settled here."""
-        from .dispatch.aws_lambda import failure_from_event
+        from rollout_sdk.dispatch.aws_lambda import failure_from_event
 
         try:
             job, reason = failure_from_event(event)
@@ -456,7 +456,7 @@ class LambdaRuntime:
 
     def handle_redrive(self, event: Any, context: Any) -> dict[str, Any]:
         """The scheduled re-drive: send parked responses again."""
-        from .recovery import Recovery
+        from rollout_sdk.engine.recovery import Recovery
 
         report = self.loop.run_until_complete(Recovery(self.worker).redrive())
         return {

@@ -1,6 +1,6 @@
 """What init admits before any work is done: body size, content type, and where ``server_url`` goes.
 
-- :class:`AdmissionMiddleware` (pure ASGI, like :mod:`rollout_sdk.auth`) answers 413 for a body
+- :class:`AdmissionMiddleware` (pure ASGI, like :mod:`rollout_sdk.http.auth`) answers 413 for a body
   over ``ROLLOUT_SDK_MAX_BODY_BYTES`` and 415 for an init that is not JSON, before the app parses
   anything. It sits inside the server-key middleware, so an unauthenticated caller gets 401
   whatever it sends.
@@ -16,14 +16,14 @@ import socket
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
-from .auth import request_paths, send_json
-from .errors import PayloadTooLarge, ServerUrlRefused
-from .settings import KIT_PREFIX
+from rollout_sdk.errors import PayloadTooLarge, ServerUrlRefused
+from rollout_sdk.http.auth import request_paths, send_json
+from rollout_sdk.settings import KIT_PREFIX
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-    from .settings import KitSettings
+    from rollout_sdk.settings import KitSettings
 
 #: POSTs under this prefix carry bodies the limit applies to.
 ROLLOUT_PREFIX = "/v1/rollout/"
@@ -81,7 +81,7 @@ class AdmissionMiddleware:
     A Content-Length over the limit is refused before the body is read. A body without one
     (chunked) is counted as it streams; once it passes the limit the app's answer, if any, is
     dropped and 413 goes out instead, so nothing that read a truncated body gets to reply.
-    Add it before :class:`~rollout_sdk.auth.ServerKeyMiddleware` so it runs inside the key check.
+    Add it before :class:`~rollout_sdk.http.auth.ServerKeyMiddleware` so it runs inside the key check.
     """
 
     def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:

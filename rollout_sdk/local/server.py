@@ -7,14 +7,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
-from .errors import RolloutError
+from rollout_sdk.errors import RolloutError
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from .agent import RolloutAgentLoop
-    from .settings import RolloutSettings
-    from .store.base import Store
+    from rollout_sdk.agent.loop import RolloutAgentLoop
+    from rollout_sdk.settings import RolloutSettings
+    from rollout_sdk.store.base import Store
 
 DEFAULT_HOST = "0.0.0.0"  # the v1 SDK's default for serve_agent_loop
 DEFAULT_PORT = 9000
@@ -32,8 +32,8 @@ class ServeError(RolloutError):
 
 def open_store(kind: StoreKind, state_dir: str | Path = DEFAULT_STATE_DIR) -> Store:
     """The store the local server runs on: SQLite under ``state_dir`` (default) or memory."""
-    from .store.memory import MemoryStore
-    from .store.sqlite import SQLiteStore
+    from rollout_sdk.store.memory import MemoryStore
+    from rollout_sdk.store.sqlite import SQLiteStore
 
     if kind == "memory":
         return MemoryStore()
@@ -59,10 +59,10 @@ def open_dynamodb_store(
     """
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from .errors import StoreError
-    from .lambda_runtime import AwsClients
-    from .local_aws import provision_table, use_fake_aws_credentials
-    from .store.dynamodb import DynamoDBStore
+    from rollout_sdk.aws.runtime import AwsClients
+    from rollout_sdk.errors import StoreError
+    from rollout_sdk.local.emulator import provision_table, use_fake_aws_credentials
+    from rollout_sdk.store.dynamodb import DynamoDBStore
 
     use_fake_aws_credentials()
     clients = AwsClients(endpoint_url=endpoint_url, max_pool_connections=max_connections)
@@ -136,8 +136,8 @@ def build_local_app(
     file there, reports at start-up every rollout a previous process left in flight, and
     re-drives undelivered responses. Raises ServeError when another server holds the folder.
     """
-    from .app import create_app
-    from .vault import LocalVault
+    from rollout_sdk.engine.vault import LocalVault
+    from rollout_sdk.http.app import create_app
 
     if store != "sqlite":
         return create_app(
@@ -185,7 +185,7 @@ def serve_agent_loop(
     """
     import uvicorn
 
-    from .validation import validate_agent_loop
+    from rollout_sdk.agent.validation import validate_agent_loop
 
     validate_agent_loop(agent_loop).raise_if_invalid()
     app = build_local_app(

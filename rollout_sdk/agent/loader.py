@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from .errors import ConfigurationError
+from rollout_sdk.errors import ConfigurationError
 
 
 def load_object(spec: str) -> Any:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from .protocol import InitResponse, RolloutRequest, RolloutResponse
+from rollout_sdk.protocol import InitResponse, RolloutRequest, RolloutResponse
 
 
 class RecordState(StrEnum):

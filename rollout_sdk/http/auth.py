@@ -59,7 +59,7 @@ def parse_authorization(raw: bytes | None) -> bytes | None:
 
 KeyProvider = Callable[[], Iterable[str]]
 
-logger = logging.getLogger("rollout_sdk.auth")
+logger = logging.getLogger("rollout_sdk.http.auth")
 
 
 class ServerKeyMiddleware:
