@@ -75,6 +75,16 @@ class _RetryableFailure(Exception):
         self.retry_after = retry_after
 
 
+@dataclass(frozen=True)
+class _Exchange:
+    """The last answer of a retried POST (None when the last attempt got none) and how many
+    attempts were made; ``failure`` says why the last attempt got no answer."""
+
+    answer: httpx.Response | None
+    failure: _RetryableFailure | None
+    attempts: int
+
+
 def _is_timeout(exc: BaseException | None) -> bool:
     import httpx
 
@@ -148,6 +158,25 @@ class TrainGateClient:
         except httpx.TransportError as exc:
             raise _RetryableFailure(f"could not reach {url}: {type(exc).__name__}: {exc}") from exc
 
+    async def _exchange(self, url: str, body: Any, api_key: str | None, retries: int) -> _Exchange:
+        """POST ``body`` until an answer that is not worth retrying (2xx or a final 4xx), or until
+        ``retries`` retries have run out; the one retry loop of both TrainGate calls."""
+        answer: httpx.Response | None = None
+        failure: _RetryableFailure | None = None
+        for attempt in range(retries + 1):
+            retry_after: float | None = None
+            try:
+                answer, failure = await self._post(url, body, api_key), None
+            except _RetryableFailure as exc:
+                answer, failure = None, exc
+            else:
+                if not is_retryable_status(answer.status_code):
+                    return _Exchange(answer, None, attempt + 1)
+                retry_after = parse_retry_after(answer.headers.get("retry-after"))
+            if attempt < retries:
+                await self._sleep(self.backoff(attempt, retry_after))
+        return _Exchange(answer, failure, retries + 1)
+
     async def chat(
         self, server_url: str, body: dict[str, Any], *, api_key: str | None
     ) -> CompletionsResponse:
@@ -156,71 +185,52 @@ class TrainGateClient:
         Raises OsmosisValidationError (final 4xx), OsmosisServerError (5xx after every retry),
         OsmosisTimeoutError or OsmosisTransportError (no answer after every retry).
         """
-        url = server_url + CHAT_PATH
-        retries = self.settings.max_retries
-        for attempt in range(retries + 1):
-            last = attempt == retries
+        outcome = await self._exchange(
+            server_url + CHAT_PATH, body, api_key, self.settings.max_retries
+        )
+        if outcome.failure is not None or outcome.answer is None:
+            cause = outcome.failure.__cause__ if outcome.failure is not None else None
+            if _is_timeout(cause):
+                raise OsmosisTimeoutError(str(outcome.failure)) from cause
+            raise OsmosisTransportError(str(outcome.failure)) from cause
+        answer = outcome.answer
+        code = answer.status_code
+        if 200 <= code < 300:
             try:
-                response = await self._post(url, body, api_key)
-            except _RetryableFailure as exc:
-                if last:
-                    cause = exc.__cause__
-                    if _is_timeout(cause):
-                        raise OsmosisTimeoutError(str(exc)) from cause
-                    raise OsmosisTransportError(str(exc)) from cause
-                await self._sleep(self.backoff(attempt))
-                continue
-            code = response.status_code
-            if 200 <= code < 300:
-                try:
-                    return CompletionsResponse.model_validate(response.json())
-                except (ValueError, json.JSONDecodeError) as exc:
-                    raise OsmosisServerError(
-                        f"TrainGate answered {code} with a body that is not a chat completion: {exc}",
-                        code,
-                    ) from exc
-            if not is_retryable_status(code):
-                raise OsmosisValidationError(
-                    f"TrainGate refused the chat call with {code}: {response.text[:500]}", code
-                )
-            if last:
+                return CompletionsResponse.model_validate(answer.json())
+            except (ValueError, json.JSONDecodeError) as exc:
                 raise OsmosisServerError(
-                    f"TrainGate answered {code} to the chat call after {retries + 1} attempts: "
-                    f"{response.text[:500]}",
+                    f"TrainGate answered {code} with a body that is not a chat completion: {exc}",
                     code,
-                )
-            retry_after = parse_retry_after(response.headers.get("retry-after"))
-            await self._sleep(self.backoff(attempt, retry_after))
-        raise AssertionError("unreachable")  # pragma: no cover
+                ) from exc
+        if not is_retryable_status(code):
+            raise OsmosisValidationError(
+                f"TrainGate refused the chat call with {code}: {answer.text[:500]}", code
+            )
+        raise OsmosisServerError(
+            f"TrainGate answered {code} to the chat call after {outcome.attempts} attempts: "
+            f"{answer.text[:500]}",
+            code,
+        )
 
     async def complete_rollout(
         self, server_url: str, response: RolloutResponse, *, api_key: str | None
     ) -> DeliveryResult:
         """POST the final response until a 2xx, a final 4xx, or the retries run out. Never raises."""
-        url = server_url + COMPLETED_PATH
         body = response.model_dump(mode="json")
         try:
             json.dumps(body, allow_nan=False)
         except ValueError as exc:
             # No attempt can succeed; a final failure, recorded, rather than an exception.
             return DeliveryResult(False, True, 0, None, f"response is not valid JSON: {exc}")
-        retries = self.settings.complete_rollout_retries
-        error: str | None = None
-        status: int | None = None
-        for attempt in range(retries + 1):
-            retry_after: float | None = None
-            try:
-                answer = await self._post(url, body, api_key)
-            except _RetryableFailure as exc:
-                error, status = str(exc), None
-            else:
-                status = answer.status_code
-                if 200 <= status < 300:
-                    return DeliveryResult(True, True, attempt + 1, status)
-                error = f"TrainGate answered {status}: {answer.text[:500]}"
-                if not is_retryable_status(status):
-                    return DeliveryResult(False, True, attempt + 1, status, error)
-                retry_after = parse_retry_after(answer.headers.get("retry-after"))
-            if attempt < retries:
-                await self._sleep(self.backoff(attempt, retry_after))
-        return DeliveryResult(False, False, retries + 1, status, error)
+        outcome = await self._exchange(
+            server_url + COMPLETED_PATH, body, api_key, self.settings.complete_rollout_retries
+        )
+        if outcome.answer is None:
+            return DeliveryResult(False, False, outcome.attempts, None, str(outcome.failure))
+        status = outcome.answer.status_code
+        if 200 <= status < 300:
+            return DeliveryResult(True, True, outcome.attempts, status)
+        error = f"TrainGate answered {status}: {outcome.answer.text[:500]}"
+        final = not is_retryable_status(status)
+        return DeliveryResult(False, final, outcome.attempts, status, error)
