@@ -177,11 +177,8 @@ class RolloutService:
         only one of the jobs runs. A rotated callback key travels with the new job.
         """
         now = self.clock()
-        marked = await self.store.transition(
-            holder.rollout_id,
-            from_states=(RecordState.ACCEPTED,),
-            changes={"handoffs": holder.handoffs + 1},
-            now=now,
+        marked = await self.store.mark_handoff(
+            holder.rollout_id, count=holder.handoffs + 1, now=now
         )
         if marked.applied:
             await self._hand_off(request)
@@ -215,12 +212,7 @@ class RolloutService:
                 "there is nothing to cancel"
             )
         now = self.clock()
-        marked = await self.store.transition(
-            rollout_id,
-            from_states=(RecordState.ACCEPTED, RecordState.RUNNING),
-            changes={"cancel_requested": True, "updated_at": now},
-            now=now,
-        )
+        marked = await self.store.request_cancel(rollout_id, now=now)
         if not marked.applied or marked.record is None:
             return await self.cancel(rollout_id)  # it moved on meanwhile: answer for its new state
         logger.info("cancel requested", extra={"rollout_id": rollout_id})

@@ -185,16 +185,11 @@ class RolloutWorker:
         if deadline_seconds is not None:
             budget = min(budget, deadline_seconds)
         now = self.clock()
-        claim = await self.store.transition(
+        claim = await self.store.claim(
             job.rollout_id,
-            from_states=(RecordState.ACCEPTED,),
-            changes={
-                "state": RecordState.RUNNING,
-                "attempt": job.attempt,
-                "lease_until": now + self._lease,
-                "updated_at": now,
-                "expires_at": expiry(now, self._ttl() + budget),
-            },
+            attempt=job.attempt,
+            lease_until=now + self._lease,
+            expires_at=expiry(now, self._ttl() + budget),
             now=now,
         )
         if not claim.applied or claim.record is None:
@@ -298,24 +293,14 @@ class RolloutWorker:
         """RUNNING -> FINISHED on this job's attempt, with the final response and the lease for
         delivering it."""
         now = self.clock()
-        return await self.store.transition(
+        return await self.store.finish(
             job.rollout_id,
-            from_states=(RecordState.RUNNING,),
             attempt=job.attempt,
-            changes=self._finished_changes(response, now),
+            response=response,
+            lease_until=now + self._lease,
+            expires_at=expiry(now, self._ttl()),
             now=now,
         )
-
-    def _finished_changes(self, response: RolloutResponse, now: float) -> dict[str, object]:
-        return {
-            "state": RecordState.FINISHED,
-            "response": response.model_dump(mode="json"),
-            "finished_at": now,
-            "lease_until": now + self._lease,
-            "next_attempt_at": None,
-            "updated_at": now,
-            "expires_at": expiry(now, self._ttl()),
-        }
 
     @asynccontextmanager
     async def _holding(
@@ -333,11 +318,11 @@ class RolloutWorker:
                 await asyncio.sleep(interval)
                 now = self.clock()
                 try:
-                    renewed = await self.store.transition(
+                    renewed = await self.store.renew(
                         rollout_id,
-                        from_states=(state,),
+                        state=state,
                         attempt=attempt,
-                        changes={"lease_until": now + self._lease},
+                        lease_until=now + self._lease,
                         now=now,
                     )
                 except StoreError as exc:
@@ -455,52 +440,63 @@ class RolloutWorker:
         attempts = record.delivery_attempts + result.attempts
         finished_at = record.finished_at or record.updated_at
         gave_up = now - finished_at >= self.settings.kit.redrive_max_age_seconds
-        changes: dict[str, object]
+        rollout_id, attempt = record.rollout_id, record.attempt
         if result.delivered:
-            changes = {"state": RecordState.DELIVERED, "delivered_at": now, "last_error": None}
-            logger.info("callback delivered", extra={"rollout_id": record.rollout_id})
+            logger.info("callback delivered", extra={"rollout_id": rollout_id})
+            moved = await self.store.deliver(
+                rollout_id,
+                attempt=attempt,
+                delivery_attempts=attempts,
+                expires_at=expiry(now, self._ttl()),
+                now=now,
+            )
         elif result.final or gave_up:
             error = result.error if result.final else f"gave up re-sending: {result.error}"
-            changes = {"state": RecordState.UNDELIVERABLE, "last_error": error}
             logger.error(
                 "callback not delivered; not retrying",
-                extra={"rollout_id": record.rollout_id, "status_code": result.status_code},
+                extra={"rollout_id": rollout_id, "status_code": result.status_code},
+            )
+            moved = await self.store.mark_undeliverable(
+                rollout_id,
+                attempt=attempt,
+                error=error,
+                delivery_attempts=attempts,
+                expires_at=expiry(now, self._ttl()),
+                now=now,
             )
         else:
-            changes = self._parked_changes(record, now, result.error, api_key)
             logger.warning(
                 "callback failed; parked for re-drive",
-                extra={"rollout_id": record.rollout_id, "error": result.error},
+                extra={"rollout_id": rollout_id, "error": result.error},
             )
-        if "state" in changes:  # delivered or given up: the key is no longer needed
-            changes.update(sealed_key=None, next_attempt_at=None)
-        changes.update(delivery_attempts=attempts, lease_until=None, updated_at=now)
-        if "expires_at" not in changes:
-            changes["expires_at"] = expiry(now, self._ttl())
-        moved = await self.store.transition(
-            record.rollout_id,
-            from_states=(RecordState.FINISHED,),
-            attempt=record.attempt,
-            changes=changes,
-            now=now,
-        )
+            moved = await self._park(record, now, result.error, api_key, attempts)
         return moved.record or record
 
-    def _parked_changes(
-        self, record: RolloutRecord, now: float, error: str | None, api_key: str | None
-    ) -> dict[str, object]:
+    async def _park(
+        self,
+        record: RolloutRecord,
+        now: float,
+        error: str | None,
+        api_key: str | None,
+        delivery_attempts: int,
+    ) -> TransitionResult:
         """FINISHED, due for re-drive, the key sealed, alive until the re-drive gives up."""
-        changes: dict[str, object] = {
-            "next_attempt_at": now + float(self.settings.kit.redrive_interval_seconds),
-            "last_error": error,
-            "expires_at": expiry(
+        sealed_key = None
+        if record.sealed_key is None and api_key is not None and self.vault is not None:
+            sealed_key = self.vault.seal(api_key)
+        return await self.store.park(
+            record.rollout_id,
+            attempt=record.attempt,
+            error=error,
+            next_attempt_at=now + float(self.settings.kit.redrive_interval_seconds),
+            delivery_attempts=delivery_attempts,
+            expires_at=expiry(
                 record.finished_at or now,
                 self._ttl() + self.settings.kit.redrive_max_age_seconds,
             ),
-        }
-        if record.sealed_key is None and api_key is not None and self.vault is not None:
-            changes["sealed_key"] = self.vault.seal(api_key)
-        return changes
+            now=now,
+            sealed_key=sealed_key,
+        )
 
     # ------------------------------------------------------------------ recovering
 
@@ -536,33 +532,26 @@ class RolloutWorker:
         key = api_key if api_key is not None else self._open_key(record)
         if record.state in (RecordState.ACCEPTED, RecordState.RUNNING):
             mine = owner_attempt is not None and record.attempt == owner_attempt
-            response = error_response(rollout_id, reason, finish_reason=finish_reason)
-            changes = self._finished_changes(response, now)
-            changes["attempt"] = record.attempt + 1
-            moved = await self.store.transition(
+            moved = await self.store.settle(
                 rollout_id,
-                from_states=(RecordState.ACCEPTED, RecordState.RUNNING),
                 attempt=record.attempt,
-                changes=changes,
+                response=error_response(rollout_id, reason, finish_reason=finish_reason),
+                lease_until=now + self._lease,
+                expires_at=expiry(now, self._ttl()),
                 now=now,
-                lease_free_at=None if (force or mine) else now,
+                even_if_leased=force or mine,
             )
             if moved.applied:
                 logger.error(
                     "rollout settled as ERROR", extra={"rollout_id": rollout_id, "reason": reason}
                 )
         elif record.state == RecordState.FINISHED:
-            moved = await self.store.transition(
+            moved = await self.store.reclaim_delivery(
                 rollout_id,
-                from_states=(RecordState.FINISHED,),
                 attempt=record.attempt,
-                changes={
-                    "attempt": record.attempt + 1,
-                    "lease_until": now + self._lease,
-                    "updated_at": now,
-                },
+                lease_until=now + self._lease,
                 now=now,
-                lease_free_at=None if force else now,
+                even_if_leased=force,
             )
         else:  # pragma: no cover - every state is handled above
             return record

@@ -1,19 +1,32 @@
-"""The ``Store`` port: conditional moves of the rollout record, and the shared logic of the stores
-that can run a read-check-write under one lock or transaction (in-memory, SQLite).
+"""The ``Store`` port: the rollout record's moves, named and typed, over a few primitives.
 
-A DynamoDB adapter expresses the same moves as conditional writes; one contract suite
-(``tests/contract``) runs against every implementation.
+Like Powertools' ``BasePersistenceLayer``, the port names its moves (``claim``, ``renew``,
+``finish``, ``park``, ``deliver``, ``mark_undeliverable``, ``settle``, ``reclaim_delivery``,
+``request_cancel``, ``mark_handoff``, ``release``) and leaves each adapter the primitives
+``create``, ``get``, ``_apply``, ``release``, ``scan`` and ``close``. Every move is one
+``_apply``: a :class:`Guard` (what the live record must be) and an :class:`Update` (the fields it
+sets), which the adapter writes as one conditional write (one transaction in memory and SQLite,
+one ``UpdateItem`` with a ``ConditionExpression`` on DynamoDB). Callers never spell a field name:
+a misspelt one is a TypeError when the ``Update`` is built, before any store is touched.
+
+``TransactionalStore`` is the ``_apply`` of the stores that can run a read-check-write under one
+lock or transaction (in-memory, SQLite). One contract suite (``tests/contract``) runs every move
+against every implementation.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Collection, Iterator, Mapping
+import enum
+from collections.abc import Collection, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from rollout_sdk.engine.record import RecordState, RolloutRecord
+
+if TYPE_CHECKING:
+    from rollout_sdk.protocol import RolloutResponse
 
 ConflictOn = Literal["slot", "rollout_id"]
 
@@ -29,54 +42,308 @@ class CreateResult:
 
 @dataclass(frozen=True)
 class TransitionResult:
-    """Outcome of :meth:`Store.transition`: ``record`` is the new version when ``applied``, else
-    the current one (``None`` when the record is absent or expired)."""
+    """Outcome of a move: ``record`` is the new version when ``applied``, else the current one
+    (``None`` when the record is absent or expired)."""
 
     applied: bool
     record: RolloutRecord | None
 
 
-@runtime_checkable
-class Store(Protocol):
-    """Durable home of rollout records. Every method is atomic; expired records read as absent."""
+class _Unset(enum.Enum):
+    UNSET = "UNSET"
 
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+#: An :class:`Update` field left as it is.
+UNSET: Final = _Unset.UNSET
+
+
+@dataclass(frozen=True, kw_only=True)
+class Guard:
+    """What a move expects of the live record: one of ``states``; when given, on ``attempt``; and
+    when given, with no lease held at ``lease_free_at`` (``lease_until`` unset or earlier)."""
+
+    states: tuple[RecordState, ...]
+    attempt: int | None = None
+    lease_free_at: float | None = None
+
+    def admits(self, record: RolloutRecord) -> bool:
+        """The live ``record`` meets the guard."""
+        return (
+            record.state in self.states
+            and (self.attempt is None or record.attempt == self.attempt)
+            and (self.lease_free_at is None or record.lease_free(self.lease_free_at))
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Update:
+    """The record fields a move sets. ``UNSET`` fields stay as they are; ``None`` clears one.
+
+    Only the fields a move may change are here (never the id, slot, request or tools). Building
+    one with a field it does not have raises TypeError (and mypy reports it).
+    """
+
+    state: RecordState | _Unset = UNSET
+    attempt: int | _Unset = UNSET
+    lease_until: float | _Unset | None = UNSET
+    response: dict[str, Any] | _Unset = UNSET
+    cancel_requested: bool | _Unset = UNSET
+    updated_at: float | _Unset = UNSET
+    expires_at: int | _Unset = UNSET
+    finished_at: float | _Unset = UNSET
+    delivered_at: float | _Unset = UNSET
+    delivery_attempts: int | _Unset = UNSET
+    next_attempt_at: float | _Unset | None = UNSET
+    last_error: str | _Unset | None = UNSET
+    handoffs: int | _Unset = UNSET
+    #: Sealed by a KeyVault; kept out of the repr, like the record's.
+    sealed_key: str | _Unset | None = field(default=UNSET, repr=False)
+
+    def changes(self) -> dict[str, Any]:
+        """The set fields by name (for an adapter to encode)."""
+        return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not UNSET}
+
+    def applied_to(self, record: RolloutRecord) -> RolloutRecord:
+        """``record`` with the set fields changed."""
+        return replace(record, **self.changes())
+
+
+def _finished(
+    response: RolloutResponse, *, lease_until: float, expires_at: int, now: float
+) -> Update:
+    return Update(
+        state=RecordState.FINISHED,
+        response=response.model_dump(mode="json"),
+        finished_at=now,
+        lease_until=lease_until,
+        next_attempt_at=None,
+        updated_at=now,
+        expires_at=expires_at,
+    )
+
+
+class Store(abc.ABC):
+    """Durable home of rollout records. Every method is atomic; expired records read as absent.
+
+    Each move changes the live record only if it is where the move expects it, and returns a
+    :class:`TransitionResult`: applied with the new version, or not with the current one. The
+    adapters raise StoreError when the back end fails.
+    """
+
+    # ------------------------------------------------------------------ primitives
+
+    @abc.abstractmethod
     async def create(self, record: RolloutRecord, *, now: float) -> CreateResult:
         """Insert an ACCEPTED record unless a live record holds its slot or its rollout id."""
-        ...
 
+    @abc.abstractmethod
     async def get(self, rollout_id: str, *, now: float) -> RolloutRecord | None:
         """The live record of ``rollout_id``, or None."""
-        ...
 
-    async def transition(
-        self,
-        rollout_id: str,
-        *,
-        from_states: Collection[RecordState],
-        changes: Mapping[str, Any],
-        now: float,
-        attempt: int | None = None,
-        lease_free_at: float | None = None,
+    @abc.abstractmethod
+    async def _apply(
+        self, rollout_id: str, guard: Guard, update: Update, *, now: float
     ) -> TransitionResult:
-        """Apply ``changes`` if the live record is in one of ``from_states`` (and, when given, on
-        ``attempt``, and with no lease held at ``lease_free_at``: ``lease_until`` unset or
-        earlier); otherwise change nothing and return the current record."""
-        ...
+        """Apply ``update`` if the live record meets ``guard``, in one conditional write;
+        otherwise change nothing and return the current record."""
 
+    # A move of its own (a conditional delete, not an update), so each adapter writes it.
+    @abc.abstractmethod
     async def release(self, rollout_id: str, *, slot: str, now: float) -> bool:
         """Delete an ACCEPTED record whose hand-off failed, unless a duplicate init has handed it
         off since (``handoffs`` > 0); True when deleted."""
-        ...
 
+    @abc.abstractmethod
     async def scan(
         self, states: Collection[RecordState], *, now: float, limit: int = 100
     ) -> list[RolloutRecord]:
         """Live records in ``states``, oldest update first (sweeps and re-drive)."""
-        ...
 
+    @abc.abstractmethod
     async def close(self) -> None:
         """Release connections and files."""
-        ...
+
+    # ------------------------------------------------------------------ running
+
+    async def claim(
+        self, rollout_id: str, *, attempt: int, lease_until: float, expires_at: int, now: float
+    ) -> TransitionResult:
+        """ACCEPTED -> RUNNING on ``attempt``, the lease held until ``lease_until``."""
+        update = Update(
+            state=RecordState.RUNNING,
+            attempt=attempt,
+            lease_until=lease_until,
+            updated_at=now,
+            expires_at=expires_at,
+        )
+        return await self._apply(rollout_id, Guard(states=(RecordState.ACCEPTED,)), update, now=now)
+
+    async def renew(
+        self,
+        rollout_id: str,
+        *,
+        state: RecordState,
+        attempt: int,
+        lease_until: float,
+        now: float,
+    ) -> TransitionResult:
+        """Extend the lease of ``attempt`` (running, or delivering: ``state``) to
+        ``lease_until``."""
+        guard = Guard(states=(state,), attempt=attempt)
+        return await self._apply(rollout_id, guard, Update(lease_until=lease_until), now=now)
+
+    async def finish(
+        self,
+        rollout_id: str,
+        *,
+        attempt: int,
+        response: RolloutResponse,
+        lease_until: float,
+        expires_at: int,
+        now: float,
+    ) -> TransitionResult:
+        """RUNNING on ``attempt`` -> FINISHED with ``response`` (the outbox), the lease held
+        until ``lease_until`` for delivering it."""
+        guard = Guard(states=(RecordState.RUNNING,), attempt=attempt)
+        update = _finished(response, lease_until=lease_until, expires_at=expires_at, now=now)
+        return await self._apply(rollout_id, guard, update, now=now)
+
+    # ------------------------------------------------------------------ delivering
+
+    async def deliver(
+        self, rollout_id: str, *, attempt: int, delivery_attempts: int, expires_at: int, now: float
+    ) -> TransitionResult:
+        """FINISHED on ``attempt`` -> DELIVERED (a 2xx came back); the lease and the sealed key
+        are dropped."""
+        update = replace(
+            _delivery_over(delivery_attempts, expires_at, now),
+            state=RecordState.DELIVERED,
+            delivered_at=now,
+            last_error=None,
+        )
+        return await self._apply(rollout_id, _finished_on(attempt), update, now=now)
+
+    async def mark_undeliverable(
+        self,
+        rollout_id: str,
+        *,
+        attempt: int,
+        error: str | None,
+        delivery_attempts: int,
+        expires_at: int,
+        now: float,
+    ) -> TransitionResult:
+        """FINISHED on ``attempt`` -> UNDELIVERABLE (a final 4xx, or the re-drive gave up); the
+        lease and the sealed key are dropped."""
+        update = replace(
+            _delivery_over(delivery_attempts, expires_at, now),
+            state=RecordState.UNDELIVERABLE,
+            last_error=error,
+        )
+        return await self._apply(rollout_id, _finished_on(attempt), update, now=now)
+
+    async def park(
+        self,
+        rollout_id: str,
+        *,
+        attempt: int,
+        error: str | None,
+        next_attempt_at: float,
+        delivery_attempts: int,
+        expires_at: int,
+        now: float,
+        sealed_key: str | None = None,
+    ) -> TransitionResult:
+        """FINISHED on ``attempt`` stays FINISHED, due for re-drive at ``next_attempt_at``, the
+        lease dropped; ``sealed_key``, when given, is stored (else the stored one is kept)."""
+        update = Update(
+            next_attempt_at=next_attempt_at,
+            last_error=error,
+            delivery_attempts=delivery_attempts,
+            lease_until=None,
+            updated_at=now,
+            expires_at=expires_at,
+            sealed_key=UNSET if sealed_key is None else sealed_key,
+        )
+        return await self._apply(rollout_id, _finished_on(attempt), update, now=now)
+
+    # ------------------------------------------------------------------ recovering
+
+    async def settle(
+        self,
+        rollout_id: str,
+        *,
+        attempt: int,
+        response: RolloutResponse,
+        lease_until: float,
+        expires_at: int,
+        now: float,
+        even_if_leased: bool = False,
+    ) -> TransitionResult:
+        """ACCEPTED or RUNNING on ``attempt`` -> FINISHED with ``response`` (an ERROR naming the
+        failure) on ``attempt + 1``, so the old attempt's finish loses; not while a lease is held
+        unless ``even_if_leased``."""
+        guard = Guard(
+            states=(RecordState.ACCEPTED, RecordState.RUNNING),
+            attempt=attempt,
+            lease_free_at=None if even_if_leased else now,
+        )
+        finished = _finished(response, lease_until=lease_until, expires_at=expires_at, now=now)
+        update = replace(finished, attempt=attempt + 1)
+        return await self._apply(rollout_id, guard, update, now=now)
+
+    async def reclaim_delivery(
+        self,
+        rollout_id: str,
+        *,
+        attempt: int,
+        lease_until: float,
+        now: float,
+        even_if_leased: bool = False,
+    ) -> TransitionResult:
+        """FINISHED on ``attempt`` -> FINISHED on ``attempt + 1`` with the lease until
+        ``lease_until``: take over re-sending the stored response; not while a lease is held
+        unless ``even_if_leased``."""
+        guard = Guard(
+            states=(RecordState.FINISHED,),
+            attempt=attempt,
+            lease_free_at=None if even_if_leased else now,
+        )
+        update = Update(attempt=attempt + 1, lease_until=lease_until, updated_at=now)
+        return await self._apply(rollout_id, guard, update, now=now)
+
+    # ------------------------------------------------------------------ init and cancel
+
+    async def request_cancel(self, rollout_id: str, *, now: float) -> TransitionResult:
+        """Set the cancel flag of an ACCEPTED or RUNNING record."""
+        guard = Guard(states=(RecordState.ACCEPTED, RecordState.RUNNING))
+        update = Update(cancel_requested=True, updated_at=now)
+        return await self._apply(rollout_id, guard, update, now=now)
+
+    async def mark_handoff(self, rollout_id: str, *, count: int, now: float) -> TransitionResult:
+        """Record that a duplicate init handed an ACCEPTED record off again (``handoffs`` becomes
+        ``count``), which makes :meth:`release` a no-op."""
+        guard = Guard(states=(RecordState.ACCEPTED,))
+        return await self._apply(rollout_id, guard, Update(handoffs=count), now=now)
+
+
+def _finished_on(attempt: int) -> Guard:
+    return Guard(states=(RecordState.FINISHED,), attempt=attempt)
+
+
+def _delivery_over(delivery_attempts: int, expires_at: int, now: float) -> Update:
+    # What delivered and undeliverable share: the key is no longer needed, nor the lease.
+    return Update(
+        sealed_key=None,
+        next_attempt_at=None,
+        delivery_attempts=delivery_attempts,
+        lease_until=None,
+        updated_at=now,
+        expires_at=expires_at,
+    )
 
 
 class Transaction(Protocol):
@@ -95,8 +362,8 @@ def _live(record: RolloutRecord | None, now: float) -> RolloutRecord | None:
     return None if record is None or record.is_expired(now) else record
 
 
-class TransactionalStore(abc.ABC):
-    """The state-machine moves written once, over a read-check-write transaction.
+class TransactionalStore(Store):
+    """The primitives written once, over a read-check-write transaction.
 
     Subclasses provide :meth:`_transaction` (atomic against every other caller) and :meth:`_scan`.
     The methods are ``async`` to fit the port, but run synchronously: both back ends answer in
@@ -107,7 +374,6 @@ class TransactionalStore(abc.ABC):
     def _transaction(self) -> AbstractContextManager[Transaction]:
         """An exclusive transaction; committed on normal exit, rolled back on an exception."""
 
-    @abc.abstractmethod
     @abc.abstractmethod
     def purge_expired(self, now: float) -> int:
         """Delete records whose TTL has passed (DynamoDB's TTL does this on AWS); how many."""
@@ -134,25 +400,14 @@ class TransactionalStore(abc.ABC):
         with self._transaction() as txn:
             return _live(txn.by_id(rollout_id), now)
 
-    async def transition(
-        self,
-        rollout_id: str,
-        *,
-        from_states: Collection[RecordState],
-        changes: Mapping[str, Any],
-        now: float,
-        attempt: int | None = None,
-        lease_free_at: float | None = None,
+    async def _apply(
+        self, rollout_id: str, guard: Guard, update: Update, *, now: float
     ) -> TransitionResult:
         with self._transaction() as txn:
             current = _live(txn.by_id(rollout_id), now)
-            if current is None or current.state not in from_states:
+            if current is None or not guard.admits(current):
                 return TransitionResult(False, current)
-            if attempt is not None and current.attempt != attempt:
-                return TransitionResult(False, current)
-            if lease_free_at is not None and not current.lease_free(lease_free_at):
-                return TransitionResult(False, current)
-            updated = current.evolve(**changes)
+            updated = update.applied_to(current)
             txn.put(updated)
             return TransitionResult(True, updated)
 

@@ -21,18 +21,20 @@ Nothing above this module sees botocore: ``ClientError`` and ``BotoCoreError`` b
 from __future__ import annotations
 
 import asyncio
+import enum
 import hashlib
 import json
-import math
 import zlib
 from collections.abc import Callable, Collection, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, cast, get_type_hints
 
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import BotoCoreError, ClientError
 
 from rollout_sdk.engine.record import RecordState, RolloutRecord
 from rollout_sdk.errors import StoreError
-from rollout_sdk.store.base import CreateResult, TransitionResult
+from rollout_sdk.store.base import CreateResult, Guard, Store, TransitionResult, Update
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -46,32 +48,29 @@ SLOT_PREFIX = "slot#"
 #: most 100 KB each leave room for the other attributes; larger ones go to S3.
 DEFAULT_INLINE_LIMIT = 100 * 1024
 
-_BLOBS = ("request", "response", "init_response")
-_JSON = ("extra",)
-_NUMBERS = (
-    "attempt",
-    "lease_until",
-    "created_at",
-    "updated_at",
-    "finished_at",
-    "delivered_at",
-    "delivery_attempts",
-    "next_attempt_at",
-    "handoffs",
-)
-_STRINGS = ("rollout_id", "slot", "fingerprint", "last_error", "sealed_key")
+# The attribute codec follows the record's fields: each is stored under its own name, as
+# boto3's TypeSerializer types its value (S, N, BOOL), except for these two kinds.
+#: Compressed (Binary), or in S3 when too large.
+_BLOBS = frozenset({"request", "response", "init_response"})
+#: A JSON string, as tables written so far hold it (a native map would read back differently).
+_JSON_TEXT = frozenset({"extra"})
+#: Numbers that read back as int (TypeDeserializer gives Decimal); the others read back as float.
+_INTEGRAL = frozenset(name for name, hint in get_type_hints(RolloutRecord).items() if hint is int)
+
+_serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
 
 
-def _number(value: float | int) -> dict[str, str]:
-    return {"N": repr(value) if isinstance(value, float) else str(value)}
+def _attr(value: str | float | bool) -> dict[str, Any]:
+    """A scalar as a DynamoDB attribute value. Floats go through their shortest repr, so they
+    read back exactly (TypeSerializer refuses floats)."""
+    scalar: Any = value.value if isinstance(value, enum.Enum) else value
+    if isinstance(scalar, float):
+        scalar = Decimal(repr(scalar))
+    return dict(_serializer.serialize(scalar))
 
 
-def _ttl(value: float) -> dict[str, str]:
-    # TTL wants whole epoch seconds; round up so a record never expires early.
-    return {"N": str(math.ceil(value))}
-
-
-class DynamoDBStore:
+class DynamoDBStore(Store):
     """The ``Store`` port over one DynamoDB table (and, for large values, one S3 bucket).
 
     ``client`` and ``s3`` are injected boto3 clients (tests point them at moto's server).
@@ -148,24 +147,24 @@ class DynamoDBStore:
         return value
 
     def _encode(self, rollout_id: str, name: str, value: Any) -> dict[str, Any] | None:
-        """One attribute value; None means REMOVE."""
+        """One record field as an attribute value; None means REMOVE (absent reads as None)."""
         if value is None:
             return None
-        if name == "state":
-            return {"S": RecordState(value).value}
-        if name == "expires_at":
-            return _ttl(float(value))
-        if name == "cancel_requested":
-            return {"BOOL": bool(value)}
         if name in _BLOBS:
             return self._pack_blob(rollout_id, name, value)
-        if name in _JSON:
-            return {"S": json.dumps(value, separators=(",", ":"))}
-        if name in _NUMBERS:
-            return _number(value)
-        if name in _STRINGS:
-            return {"S": str(value)}
-        raise StoreError(f"unknown record field {name!r}")
+        if name in _JSON_TEXT:
+            return _attr(json.dumps(value, separators=(",", ":")))
+        return _attr(value)
+
+    def _decode(self, name: str, attr: Mapping[str, Any]) -> Any:
+        if name in _BLOBS:
+            return self._unpack_blob(attr)
+        value = _deserializer.deserialize(attr)  # type: ignore[arg-type]
+        if name in _JSON_TEXT:
+            return json.loads(value)
+        if isinstance(value, Decimal):
+            return int(value) if name in _INTEGRAL else float(value)
+        return value
 
     def _to_item(self, record: RolloutRecord) -> dict[str, Any]:
         item: dict[str, Any] = {"pk": {"S": ROLLOUT_PREFIX + record.rollout_id}}
@@ -176,22 +175,8 @@ class DynamoDBStore:
         return item
 
     def _from_item(self, item: Mapping[str, Any]) -> RolloutRecord:
-        data: dict[str, Any] = {}
-        for name, attr in item.items():
-            if name == "pk":
-                continue
-            if name in _BLOBS:
-                data[name] = self._unpack_blob(attr)
-            elif name in _JSON:
-                data[name] = json.loads(attr["S"])
-            elif "N" in attr:
-                number = float(attr["N"])
-                integral = name in ("attempt", "delivery_attempts", "expires_at", "handoffs")
-                data[name] = int(number) if integral else number
-            elif "BOOL" in attr:
-                data[name] = attr["BOOL"]
-            elif "S" in attr:
-                data[name] = attr["S"]
+        fields = RolloutRecord.__dataclass_fields__
+        data = {name: self._decode(name, attr) for name, attr in item.items() if name in fields}
         return RolloutRecord.from_dict(data)
 
     def _live(self, item: Mapping[str, Any] | None, now: float) -> RolloutRecord | None:
@@ -210,25 +195,10 @@ class DynamoDBStore:
     async def get(self, rollout_id: str, *, now: float) -> RolloutRecord | None:
         return await asyncio.to_thread(self._get, rollout_id, now)
 
-    async def transition(
-        self,
-        rollout_id: str,
-        *,
-        from_states: Collection[RecordState],
-        changes: Mapping[str, Any],
-        now: float,
-        attempt: int | None = None,
-        lease_free_at: float | None = None,
+    async def _apply(
+        self, rollout_id: str, guard: Guard, update: Update, *, now: float
     ) -> TransitionResult:
-        return await asyncio.to_thread(
-            self._transition,
-            rollout_id,
-            tuple(from_states),
-            dict(changes),
-            now,
-            attempt,
-            lease_free_at,
-        )
+        return await asyncio.to_thread(self._update, rollout_id, guard, update, now)
 
     async def release(self, rollout_id: str, *, slot: str, now: float) -> bool:
         return await asyncio.to_thread(self._release, rollout_id, slot, now)
@@ -247,11 +217,11 @@ class DynamoDBStore:
 
     def _create(self, record: RolloutRecord, now: float) -> CreateResult:
         free = "attribute_not_exists(pk) OR expires_at <= :now"
-        values = {":now": _number(now)}
+        values = {":now": _attr(now)}
         slot_item = {
             "pk": {"S": SLOT_PREFIX + record.slot},
             "rollout_id": {"S": record.rollout_id},
-            "expires_at": _ttl(record.expires_at),
+            "expires_at": _attr(record.expires_at),
         }
         puts = [
             {
@@ -311,32 +281,26 @@ class DynamoDBStore:
             raise self._fail("get", exc) from exc
         return self._live(answer.get("Item"), now)
 
-    def _transition(
-        self,
-        rollout_id: str,
-        from_states: tuple[RecordState, ...],
-        changes: dict[str, Any],
-        now: float,
-        attempt: int | None,
-        lease_free_at: float | None = None,
+    def _update(
+        self, rollout_id: str, guard: Guard, update: Update, now: float
     ) -> TransitionResult:
         names: dict[str, str] = {"#state": "state", "#exp": "expires_at"}
-        values: dict[str, Any] = {":now": _number(now)}
+        values: dict[str, Any] = {":now": _attr(now)}
         state_marks = []
-        for index, state in enumerate(from_states):
-            values[f":s{index}"] = {"S": RecordState(state).value}
+        for index, state in enumerate(guard.states):
+            values[f":s{index}"] = _attr(state)
             state_marks.append(f":s{index}")
         condition = f"#state IN ({', '.join(state_marks)}) AND #exp > :now"
-        if attempt is not None:
+        if guard.attempt is not None:
             names["#attempt"] = "attempt"
-            values[":attempt"] = _number(attempt)
+            values[":attempt"] = _attr(guard.attempt)
             condition += " AND #attempt = :attempt"
-        if lease_free_at is not None:
+        if guard.lease_free_at is not None:
             names["#lease"] = "lease_until"
-            values[":lease_free"] = _number(lease_free_at)
+            values[":lease_free"] = _attr(guard.lease_free_at)
             condition += " AND (attribute_not_exists(#lease) OR #lease < :lease_free)"
         sets, removes = [], []
-        for index, (name, value) in enumerate(changes.items()):
+        for index, (name, value) in enumerate(update.changes().items()):
             names[f"#f{index}"] = name
             encoded = self._encode(rollout_id, name, value)
             if encoded is None:
@@ -344,16 +308,16 @@ class DynamoDBStore:
             else:
                 values[f":v{index}"] = encoded
                 sets.append(f"#f{index} = :v{index}")
-        update = ""
+        expression = ""
         if sets:
-            update += "SET " + ", ".join(sets)
+            expression += "SET " + ", ".join(sets)
         if removes:
-            update += " REMOVE " + ", ".join(removes)
+            expression += " REMOVE " + ", ".join(removes)
         try:
             answer = self._ddb.update_item(
                 TableName=self.table_name,
                 Key={"pk": {"S": ROLLOUT_PREFIX + rollout_id}},
-                UpdateExpression=update.strip(),
+                UpdateExpression=expression.strip(),
                 ConditionExpression=condition,
                 ExpressionAttributeNames=names,
                 ExpressionAttributeValues=values,
@@ -364,9 +328,9 @@ class DynamoDBStore:
             if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
                 old = cast("Mapping[str, Any] | None", exc.response.get("Item"))
                 return TransitionResult(False, self._live(old, now))
-            raise self._fail("transition", exc) from exc
+            raise self._fail("update", exc) from exc
         except BotoCoreError as exc:
-            raise self._fail("transition", exc) from exc
+            raise self._fail("update", exc) from exc
         return TransitionResult(True, self._from_item(answer["Attributes"]))
 
     def _release(self, rollout_id: str, slot: str, now: float) -> bool:
@@ -380,10 +344,10 @@ class DynamoDBStore:
                 ),
                 "ExpressionAttributeNames": {"#state": "state"},
                 "ExpressionAttributeValues": {
-                    ":accepted": {"S": RecordState.ACCEPTED.value},
-                    ":slot": {"S": slot},
-                    ":now": _number(now),
-                    ":zero": _number(0),
+                    ":accepted": _attr(RecordState.ACCEPTED),
+                    ":slot": _attr(slot),
+                    ":now": _attr(now),
+                    ":zero": _attr(0),
                 },
             }
         }
@@ -406,10 +370,10 @@ class DynamoDBStore:
         return True
 
     def _scan(self, states: tuple[RecordState, ...], now: float, limit: int) -> list[RolloutRecord]:
-        values: dict[str, Any] = {":now": _number(now), ":prefix": {"S": ROLLOUT_PREFIX}}
+        values: dict[str, Any] = {":now": _attr(now), ":prefix": {"S": ROLLOUT_PREFIX}}
         marks = []
         for index, state in enumerate(states):
-            values[f":s{index}"] = {"S": RecordState(state).value}
+            values[f":s{index}"] = _attr(state)
             marks.append(f":s{index}")
         kwargs: dict[str, Any] = {
             "TableName": self.table_name,

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from rollout_sdk.engine.record import RecordState, RolloutRecord
+from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
 from rollout_sdk.local.emulator import LocalResources
 from rollout_sdk.local.invoke import invoke, load_event
+from rollout_sdk.protocol import RolloutResponse, RolloutStatus
+from rollout_sdk.store.base import Store, TransitionResult
 from rollout_sdk.testing.standin import Fault, TrainGateStandIn
 
 from .conftest import CALLBACK_KEY, ROOT
@@ -34,12 +37,20 @@ def _record(handler: Any) -> RolloutRecord:
     return record
 
 
-def _move(handler: Any, states: tuple[RecordState, ...], **changes: Any) -> None:
+def _move(handler: Any, move: Callable[[Store, float], Awaitable[TransitionResult]]) -> None:
+    """Apply one of the store's moves to the rollout, as a worker would."""
     runtime = handler.runtime
-    moved = runtime.loop.run_until_complete(
-        runtime.store.transition(RID, from_states=states, changes=changes, now=time.time())
-    )
+    moved = runtime.loop.run_until_complete(move(runtime.store, time.time()))
     assert moved.applied
+
+
+def _claim_with_lease_run_out(handler: Any) -> None:
+    _move(
+        handler,
+        lambda store, now: store.claim(
+            RID, attempt=1, lease_until=now - 1, expires_at=expiry(now, 3600), now=now
+        ),
+    )
 
 
 def test_an_event_that_aged_out_is_reported_once_as_error(
@@ -71,13 +82,7 @@ def test_a_worker_that_timed_out_mid_run_is_reported_by_the_failure_destination(
     traingate, url = standin
     _init(handler, url)
     # What a killed worker leaves: RUNNING, its lease run out.
-    _move(
-        handler,
-        (RecordState.ACCEPTED,),
-        state=RecordState.RUNNING,
-        attempt=1,
-        lease_until=time.time() - 1,
-    )
+    _claim_with_lease_run_out(handler)
     call = invoke(
         handler,
         "WorkerFailureFunction",
@@ -96,14 +101,18 @@ def test_a_finished_rollout_whose_worker_died_before_the_callback_sends_the_stor
 ) -> None:
     traingate, url = standin
     _init(handler, url)
-    stored = {"rollout_id": RID, "status": "COMPLETED", "final_messages": [], "reward": 0.5}
+    stored = RolloutResponse(rollout_id=RID, status=RolloutStatus.COMPLETED, reward=0.5)
+    _claim_with_lease_run_out(handler)
     _move(
         handler,
-        (RecordState.ACCEPTED,),
-        state=RecordState.FINISHED,
-        attempt=1,
-        response=stored,
-        lease_until=time.time() - 1,
+        lambda store, now: store.finish(
+            RID,
+            attempt=1,
+            response=stored,
+            lease_until=now - 1,
+            expires_at=expiry(now, 3600),
+            now=now,
+        ),
     )
     # A redelivery of the worker event finds the dead owner's lease run out and sends it.
     call = invoke(
@@ -142,7 +151,19 @@ def test_a_failed_callback_is_parked_sealed_and_redriven_once(
     assert CALLBACK_KEY not in raw  # sealed with KMS, never in clear
     assert parked.expires_at > time.time() + handler.runtime.settings.kit.redrive_max_age_seconds
 
-    _move(handler, (RecordState.FINISHED,), next_attempt_at=time.time() - 1)
+    # Due for re-drive now.
+    _move(
+        handler,
+        lambda store, now: store.park(
+            RID,
+            attempt=parked.attempt,
+            error=parked.last_error,
+            next_attempt_at=now - 1,
+            delivery_attempts=parked.delivery_attempts,
+            expires_at=parked.expires_at,
+            now=now,
+        ),
+    )
     redriven = invoke(
         handler, "RedriveFunction", load_event(EVENTS / "redrive.json"), timeout_seconds=600
     )

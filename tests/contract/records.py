@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rollout_sdk.engine.record import RecordState, RolloutRecord
+from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
 from rollout_sdk.protocol import (
     InitResponse,
     OpenAIFunctionParametersSchema,
@@ -12,6 +12,8 @@ from rollout_sdk.protocol import (
     OpenAIFunctionSchema,
     OpenAIFunctionToolSchema,
     RolloutRequest,
+    RolloutResponse,
+    RolloutStatus,
 )
 from rollout_sdk.store.base import Store
 
@@ -53,20 +55,53 @@ def make_record(
     )
 
 
+SEALED = "c2VhbGVk"
+RESPONSE = RolloutResponse(
+    rollout_id="r-1",
+    status=RolloutStatus.COMPLETED,
+    final_messages=[{"role": "assistant", "content": "4 ✓", "tool_calls": None}],
+    reward=1.0,
+)
+
+
 async def claim(
     store: Store, rollout_id: str = "r-1", *, attempt: int = 1, now: float = NOW + 1
 ) -> RolloutRecord:
-    moved = await store.transition(
-        rollout_id,
-        from_states=(RecordState.ACCEPTED,),
-        changes={
-            "state": RecordState.RUNNING,
-            "attempt": attempt,
-            "lease_until": now + 60,
-            "updated_at": now,
-        },
-        now=now,
+    moved = await store.claim(
+        rollout_id, attempt=attempt, lease_until=now + 60, expires_at=expiry(now, TTL), now=now
     )
     assert moved.applied
     assert moved.record is not None
     return moved.record
+
+
+async def reach(store: Store, state: RecordState, rollout_id: str = "r-1") -> RolloutRecord:
+    """A record (its callback key sealed) brought to ``state`` by the worker's own moves, on
+    attempt 1; every lease it took has run out by ``NOW + 100``."""
+    await store.create(make_record(rollout_id).evolve(sealed_key=SEALED), now=NOW)
+    if state != RecordState.ACCEPTED:
+        await claim(store, rollout_id)
+    if state.has_response:
+        finished = await store.finish(
+            rollout_id,
+            attempt=1,
+            response=RESPONSE,
+            lease_until=NOW + 62,
+            expires_at=expiry(NOW + 2, TTL),
+            now=NOW + 2,
+        )
+        assert finished.applied
+    keep = expiry(NOW + 3, TTL)
+    if state == RecordState.DELIVERED:
+        delivered = await store.deliver(
+            rollout_id, attempt=1, delivery_attempts=1, expires_at=keep, now=NOW + 3
+        )
+        assert delivered.applied
+    if state == RecordState.UNDELIVERABLE:
+        given_up = await store.mark_undeliverable(
+            rollout_id, attempt=1, error="400", delivery_attempts=1, expires_at=keep, now=NOW + 3
+        )
+        assert given_up.applied
+    record = await store.get(rollout_id, now=NOW + 3)
+    assert record is not None and record.state == state
+    return record

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
-from rollout_sdk.engine.record import RecordState
-from rollout_sdk.store.base import Store, TransactionalStore
+from rollout_sdk.engine.record import RecordState, expiry
+from rollout_sdk.store.base import Store
 
 from .records import NOW, TOOL, TTL, claim, make_record
 
@@ -43,27 +42,25 @@ async def test_get_absent_is_none(store: Store) -> None:
 
 
 async def test_every_field_round_trips(store: Store) -> None:
-    await store.create(make_record(), now=NOW)
-    changes: dict[str, Any] = {
-        "state": RecordState.FINISHED,
-        "attempt": 2,
-        "lease_until": None,
-        "response": {"rollout_id": "r-1", "status": "ERROR", "final_messages": [{"a": None}]},
-        "cancel_requested": True,
-        "updated_at": NOW + 2.25,
-        "expires_at": int(NOW) + 901,  # whole epoch seconds, as DynamoDB TTL wants
-        "delivery_attempts": 3,
-        "next_attempt_at": NOW + 30.125,
-        "last_error": "TrainGate answered 503: ünavailable",
-        "extra": {"trace": ["x", 1, {"y": False}]},
-    }
-    moved = await store.transition(
-        "r-1", from_states=(RecordState.ACCEPTED,), changes=changes, now=NOW + 2
+    # Every field away from its default (the moves' own round trips: test_store_moves.py).
+    record = make_record().evolve(
+        attempt=2,
+        lease_until=NOW + 60.5,
+        response={"rollout_id": "r-1", "status": "ERROR", "final_messages": [{"a": None}]},
+        cancel_requested=True,
+        updated_at=NOW + 2.25,
+        expires_at=int(NOW) + 901,  # whole epoch seconds, as DynamoDB TTL wants
+        finished_at=NOW + 2.125,
+        delivered_at=NOW + 2.5,
+        delivery_attempts=3,
+        next_attempt_at=NOW + 30.125,
+        last_error="TrainGate answered 503: ünavailable",
+        handoffs=2,
+        sealed_key="c2VhbGVk",
+        extra={"trace": ["x", 1, {"y": False}]},
     )
-    assert moved.applied
-    got = await store.get("r-1", now=NOW + 3)
-    assert got == make_record().evolve(**changes)
-    assert got == moved.record
+    assert (await store.create(record, now=NOW)).created
+    assert await store.get("r-1", now=NOW + 3) == record
 
 
 async def test_create_conflict_by_slot_returns_the_holder(store: Store) -> None:
@@ -158,117 +155,13 @@ async def test_the_same_request_after_expiry_is_a_new_rollout(store: Store) -> N
     assert got.state == RecordState.ACCEPTED
 
 
-async def test_expiry_is_extended_by_a_transition(store: Store) -> None:
+async def test_expiry_is_extended_by_a_move(store: Store) -> None:
     await store.create(make_record(), now=NOW)
-    await store.transition(
-        "r-1",
-        from_states=(RecordState.ACCEPTED,),
-        changes={"expires_at": NOW + 10 * TTL},
-        now=NOW + 1,
+    claimed = await store.claim(
+        "r-1", attempt=1, lease_until=NOW + 60, expires_at=expiry(NOW + 1, 10 * TTL), now=NOW + 1
     )
+    assert claimed.applied
     assert await store.get("r-1", now=NOW + 5 * TTL) is not None
-
-
-# --------------------------------------------------------------------------- transition
-
-
-async def test_transition_applies_from_an_expected_state(store: Store) -> None:
-    await store.create(make_record(), now=NOW)
-    running = await claim(store, attempt=1)
-    assert running.state == RecordState.RUNNING
-    assert running.attempt == 1
-    assert running.lease_until == NOW + 61
-    assert running.slot == make_record().slot
-    assert await store.get("r-1", now=NOW + 2) == running
-
-
-async def test_transition_from_an_unexpected_state_changes_nothing(store: Store) -> None:
-    record = make_record()
-    await store.create(record, now=NOW)
-    result = await store.transition(
-        "r-1",
-        from_states=(RecordState.RUNNING, RecordState.FINISHED),
-        changes={"state": RecordState.DELIVERED},
-        now=NOW + 1,
-    )
-    assert result.applied is False
-    assert result.record == record
-    assert await store.get("r-1", now=NOW + 1) == record
-
-
-async def test_transition_accepts_any_of_several_states(store: Store) -> None:
-    await store.create(make_record(), now=NOW)
-    result = await store.transition(
-        "r-1",
-        from_states=(RecordState.RUNNING, RecordState.ACCEPTED),
-        changes={"cancel_requested": True},
-        now=NOW + 1,
-    )
-    assert result.applied is True
-    assert result.record is not None
-    assert result.record.cancel_requested is True
-    assert result.record.state == RecordState.ACCEPTED
-
-
-async def test_transition_checks_the_attempt(store: Store) -> None:
-    await store.create(make_record(), now=NOW)
-    running = await claim(store, attempt=1)
-    finish: dict[str, Any] = {"state": RecordState.FINISHED, "response": {"status": "ERROR"}}
-    stale = await store.transition(
-        "r-1", from_states=(RecordState.RUNNING,), attempt=2, changes=finish, now=NOW + 2
-    )
-    assert stale.applied is False
-    assert stale.record == running
-    assert await store.get("r-1", now=NOW + 2) == running
-    current = await store.transition(
-        "r-1", from_states=(RecordState.RUNNING,), attempt=1, changes=finish, now=NOW + 2
-    )
-    assert current.applied is True
-    assert current.record == running.evolve(**finish)
-
-
-async def test_transition_of_an_absent_record(store: Store) -> None:
-    result = await store.transition(
-        "ghost", from_states=(RecordState.ACCEPTED,), changes={"attempt": 1}, now=NOW
-    )
-    assert result.applied is False
-    assert result.record is None
-    assert await store.get("ghost", now=NOW) is None
-
-
-async def test_transition_of_an_expired_record(store: Store) -> None:
-    await store.create(make_record(), now=NOW)
-    result = await store.transition(
-        "r-1",
-        from_states=(RecordState.ACCEPTED,),
-        changes={"state": RecordState.RUNNING, "expires_at": NOW + 10 * TTL},
-        now=NOW + TTL,
-    )
-    assert result.applied is False
-    assert result.record is None
-    assert await store.get("r-1", now=NOW + TTL + 1) is None
-
-
-async def test_the_state_machine_moves_forward_only_once(store: Store) -> None:
-    await store.create(make_record(), now=NOW)
-    await claim(store)
-    deliver: dict[str, Any] = {"state": RecordState.DELIVERED, "delivered_at": NOW + 3}
-    assert (
-        await store.transition(
-            "r-1",
-            from_states=(RecordState.RUNNING,),
-            changes={"state": RecordState.FINISHED},
-            now=NOW + 2,
-        )
-    ).applied
-    first = await store.transition(
-        "r-1", from_states=(RecordState.FINISHED,), changes=deliver, now=NOW + 3
-    )
-    second = await store.transition(
-        "r-1", from_states=(RecordState.FINISHED,), changes=deliver, now=NOW + 4
-    )
-    assert (first.applied, second.applied) == (True, False)
-    assert second.record == first.record
 
 
 # --------------------------------------------------------------------------- release
@@ -384,14 +277,11 @@ async def test_concurrent_claims_of_one_record_exactly_one_wins(store: Store) ->
     await store.create(make_record(), now=NOW)
 
     async def try_claim(attempt: int) -> tuple[int, bool]:
-        result = await store.transition(
+        result = await store.claim(
             "r-1",
-            from_states=(RecordState.ACCEPTED,),
-            changes={
-                "state": RecordState.RUNNING,
-                "attempt": attempt,
-                "lease_until": NOW + attempt,
-            },
+            attempt=attempt,
+            lease_until=NOW + attempt,
+            expires_at=int(NOW) + 900,
             now=NOW + 1,
         )
         return attempt, result.applied
@@ -406,59 +296,9 @@ async def test_concurrent_claims_of_one_record_exactly_one_wins(store: Store) ->
     assert stored.lease_until == NOW + winners[0]
 
 
-async def test_transition_can_require_a_free_lease(store: Store) -> None:
-    await store.create(make_record(), now=NOW)
-    held = await store.transition(
-        "r-1",
-        from_states=(RecordState.ACCEPTED,),
-        changes={"state": RecordState.RUNNING, "attempt": 1, "lease_until": NOW + 60},
-        now=NOW,
-        lease_free_at=NOW,
-    )
-    assert held.applied  # no lease yet: free
-    taken = await store.transition(
-        "r-1",
-        from_states=(RecordState.RUNNING,),
-        changes={"lease_until": NOW + 120},
-        now=NOW + 30,
-        lease_free_at=NOW + 30,
-    )
-    assert not taken.applied  # still held until NOW + 60
-    assert taken.record is not None and taken.record.lease_until == NOW + 60
-    expired = await store.transition(
-        "r-1",
-        from_states=(RecordState.RUNNING,),
-        changes={"lease_until": None},
-        now=NOW + 61,
-        lease_free_at=NOW + 61,
-    )
-    assert expired.applied
-    assert expired.record is not None and expired.record.lease_until is None
-    again = await store.transition(
-        "r-1",
-        from_states=(RecordState.RUNNING,),
-        changes={"lease_until": NOW + 200},
-        now=NOW + 62,
-        lease_free_at=NOW + 62,
-    )
-    assert again.applied  # a removed lease is free
-
-
 async def test_the_sealed_key_round_trips_and_is_not_in_the_repr(store: Store) -> None:
     record = make_record().evolve(sealed_key="c2VhbGVk")
     await store.create(record, now=NOW)
     got = await store.get("r-1", now=NOW)
     assert got is not None and got.sealed_key == "c2VhbGVk"
     assert "c2VhbGVk" not in repr(got)
-    cleared = await store.transition(
-        "r-1", from_states=(RecordState.ACCEPTED,), changes={"sealed_key": None}, now=NOW
-    )
-    assert cleared.record is not None and cleared.record.sealed_key is None
-
-
-async def test_a_scan_drops_expired_records_for_good(store: Store) -> None:
-    await store.create(make_record(), now=NOW)
-    assert await store.scan((RecordState.ACCEPTED,), now=NOW + TTL + 1) == []
-    # Gone, not only hidden: a later reader with an earlier clock does not see it either.
-    if isinstance(store, TransactionalStore):
-        assert await store.get("r-1", now=NOW) is None

@@ -77,11 +77,11 @@ async def open_server() -> AsyncIterator[Server]:
 
 async def claim_like_a_worker(server: Server, rollout_id: str = "rollout-1") -> None:
     """Move the record to RUNNING, as the worker's claim does."""
-    moved = await server.store.transition(
-        rollout_id,
-        from_states=(RecordState.ACCEPTED,),
-        changes={"state": RecordState.RUNNING, "attempt": 1},
-        now=time.time(),
+    now = time.time()
+    accepted = await server.store.get(rollout_id, now=now)
+    assert accepted is not None
+    moved = await server.store.claim(
+        rollout_id, attempt=1, lease_until=now + 60, expires_at=accepted.expires_at, now=now
     )
     assert moved.applied
 

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import httpx
 
 from rollout_sdk.dispatch.base import Job
 from rollout_sdk.engine.client import CHAT_PATH, COMPLETED_PATH, TrainGateClient
-from rollout_sdk.engine.record import RecordState, RolloutRecord
+from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
 from rollout_sdk.engine.recovery import RESTART_REASON, Recovery
 from rollout_sdk.engine.vault import LocalVault
 from rollout_sdk.engine.worker import RolloutWorker
-from rollout_sdk.protocol import InitResponse
+from rollout_sdk.protocol import InitResponse, RolloutResponse, RolloutStatus
 from rollout_sdk.settings import RolloutClientSettings, load_settings
+from rollout_sdk.store.base import TransitionResult
 from rollout_sdk.store.memory import MemoryStore
 
 from .support import ADD_TOOL, EchoAgent, FakeSleep, FakeTrainGate, make_request
@@ -48,21 +50,73 @@ async def rig(
     return worker, store, gate, vault
 
 
-async def _move(store: MemoryStore, rid: str, state: RecordState, **changes: object) -> None:
-    moved = await store.transition(
-        rid, from_states=tuple(RecordState), changes={"state": state, **changes}, now=time.time()
+# What a worker leaves behind, made with the worker's own moves (attempt 1).
+
+
+async def _claim(store: MemoryStore, rid: str, *, lease_until: float) -> None:
+    now = time.time()
+    moved = await store.claim(
+        rid, attempt=1, lease_until=lease_until, expires_at=expiry(now, 3600), now=now
+    )
+    assert moved.applied
+
+
+async def _renew(store: MemoryStore, rid: str, *, lease_until: float) -> None:
+    moved = await store.renew(
+        rid, state=RecordState.RUNNING, attempt=1, lease_until=lease_until, now=time.time()
+    )
+    assert moved.applied
+
+
+async def _finish(
+    store: MemoryStore, rid: str, response: RolloutResponse, *, lease_until: float
+) -> None:
+    now = time.time()
+    moved = await store.finish(
+        rid,
+        attempt=1,
+        response=response,
+        lease_until=lease_until,
+        expires_at=expiry(now, 3600),
+        now=now,
+    )
+    assert moved.applied
+
+
+async def _deliver(store: MemoryStore, rid: str) -> None:
+    now = time.time()
+    moved = await store.deliver(
+        rid, attempt=1, delivery_attempts=1, expires_at=expiry(now, 3600), now=now
+    )
+    assert moved.applied
+
+
+async def _make_due(store: MemoryStore, rid: str) -> None:
+    """Park the record's response again, due for re-drive now."""
+    now = time.time()
+    parked = await store.get(rid, now=now)
+    assert parked is not None and parked.state == RecordState.FINISHED
+    moved = await store.park(
+        rid,
+        attempt=parked.attempt,
+        error=parked.last_error,
+        next_attempt_at=now - 1,
+        delivery_attempts=parked.delivery_attempts,
+        expires_at=parked.expires_at,
+        now=now,
     )
     assert moved.applied
 
 
 async def test_the_restart_sweep_reports_every_rollout_in_flight_once_and_runs_none() -> None:
     worker, store, gate, _ = await rig(ids=("queued", "running", "finished", "done"))
-    await _move(store, "running", RecordState.RUNNING, attempt=1, lease_until=time.time() + 600)
-    stored = {"rollout_id": "finished", "status": "COMPLETED", "reward": 1.0}
-    await _move(
-        store, "finished", RecordState.FINISHED, response=stored, lease_until=time.time() + 600
-    )
-    await _move(store, "done", RecordState.DELIVERED)
+    await _claim(store, "running", lease_until=time.time() + 600)
+    stored = RolloutResponse(rollout_id="finished", status=RolloutStatus.COMPLETED, reward=1.0)
+    await _claim(store, "finished", lease_until=time.time() + 600)
+    await _finish(store, "finished", stored, lease_until=time.time() + 600)
+    await _claim(store, "done", lease_until=time.time() + 600)
+    await _finish(store, "done", stored, lease_until=time.time() + 600)
+    await _deliver(store, "done")
 
     report = await Recovery(worker).sweep_after_restart()
 
@@ -87,7 +141,7 @@ async def test_a_parked_response_is_redriven_when_due_and_only_then() -> None:
     assert parked is not None and parked.state == RecordState.FINISHED
     assert parked.next_attempt_at is not None and parked.sealed_key is not None  # sealed on parking
     assert (await Recovery(worker).redrive()).examined == 0  # not due yet
-    await _move(store, "r1", RecordState.FINISHED, next_attempt_at=time.time() - 1)
+    await _make_due(store, "r1")
     report = await Recovery(worker).redrive()
     assert report.delivered == ["r1"]
     final = await store.get("r1", now=time.time())
@@ -102,8 +156,9 @@ async def test_the_redrive_gives_up_after_its_max_age() -> None:
     gate = FakeTrainGate(completed=[httpx.Response(503)])
     worker, store, gate, _ = await rig(gate=gate)
     await worker.run(Job("r1", api_key=KEY))
-    old = time.time() - worker.settings.kit.redrive_max_age_seconds - 5
-    await _move(store, "r1", RecordState.FINISHED, next_attempt_at=time.time() - 1, finished_at=old)
+    # Finished longer ago than the re-drive's max age: the next re-drive gives up.
+    worker.settings.kit.redrive_max_age_seconds = 0
+    await _make_due(store, "r1")
     report = await Recovery(worker).redrive()
     assert report.undeliverable == ["r1"]
     final = await store.get("r1", now=time.time())
@@ -114,11 +169,11 @@ async def test_the_redrive_gives_up_after_its_max_age() -> None:
 
 async def test_settle_leaves_a_live_lease_alone_and_takes_an_expired_one() -> None:
     worker, store, gate, _ = await rig()
-    await _move(store, "r1", RecordState.RUNNING, attempt=1, lease_until=time.time() + 60)
+    await _claim(store, "r1", lease_until=time.time() + 60)
     held = await worker.settle("r1", reason="x")
     assert held is not None and held.state == RecordState.RUNNING
     assert gate.on(COMPLETED_PATH) == []
-    await _move(store, "r1", RecordState.RUNNING, lease_until=time.time() - 1)
+    await _renew(store, "r1", lease_until=time.time() - 1)
     settled = await worker.settle("r1", reason="the worker died")
     assert settled is not None and settled.state == RecordState.DELIVERED
     (sent,) = gate.bodies(COMPLETED_PATH)
@@ -127,7 +182,7 @@ async def test_settle_leaves_a_live_lease_alone_and_takes_an_expired_one() -> No
 
 async def test_concurrent_recoverers_report_a_rollout_once() -> None:
     worker, store, gate, _ = await rig()
-    await _move(store, "r1", RecordState.RUNNING, attempt=1, lease_until=time.time() - 1)
+    await _claim(store, "r1", lease_until=time.time() - 1)
     outcomes = await asyncio.gather(*(worker.settle("r1", reason="died") for _ in range(10)))
     assert sum(o is not None and o.state == RecordState.DELIVERED for o in outcomes) >= 1
     assert len(gate.on(COMPLETED_PATH)) == 1
@@ -135,18 +190,17 @@ async def test_concurrent_recoverers_report_a_rollout_once() -> None:
 
 async def test_a_kit_failure_inside_the_worker_still_reports_an_error() -> None:
     worker, store, gate, _ = await rig(sealed=False)
-    real = store.transition
+    real = store.finish
     calls = 0
 
-    async def broken_once(rollout_id: str, **kwargs: object) -> object:
+    async def broken_once(rollout_id: str, **kwargs: Any) -> TransitionResult:
         nonlocal calls
         calls += 1
-        changes = kwargs.get("changes")
-        if isinstance(changes, dict) and changes.get("state") == RecordState.FINISHED and calls < 3:
+        if calls == 1:
             raise RuntimeError("disk on fire")
-        return await real(rollout_id, **kwargs)  # type: ignore[arg-type]
+        return await real(rollout_id, **kwargs)
 
-    store.transition = broken_once  # type: ignore[assignment,method-assign]
+    store.finish = broken_once  # type: ignore[method-assign]
     final = await worker.run(Job("r1", api_key=KEY))
     assert final is not None and final.state == RecordState.DELIVERED
     (sent,) = gate.bodies(COMPLETED_PATH)
@@ -157,11 +211,13 @@ async def test_a_kit_failure_inside_the_worker_still_reports_an_error() -> None:
 async def test_a_redelivered_job_waits_out_a_live_owner_and_sends_nothing() -> None:
     worker, store, gate, _ = await rig()
     worker.settings.kit.heartbeat_seconds = 1.0
-    await _move(store, "r1", RecordState.RUNNING, attempt=1, lease_until=time.time() + 0.3)
+    await _claim(store, "r1", lease_until=time.time() + 0.3)
 
     async def owner_reports() -> None:
         await asyncio.sleep(0.1)
-        await _move(store, "r1", RecordState.DELIVERED)
+        done = RolloutResponse(rollout_id="r1", status=RolloutStatus.COMPLETED)
+        await _finish(store, "r1", done, lease_until=time.time() + 60)
+        await _deliver(store, "r1")
 
     owner = asyncio.create_task(owner_reports())
     assert await worker.run(Job("r1", api_key=KEY)) is None

@@ -13,9 +13,9 @@ import pytest
 from rollout_sdk.agent.loop import RolloutContext, RolloutResult
 from rollout_sdk.dispatch.base import Job
 from rollout_sdk.engine.client import CHAT_PATH, COMPLETED_PATH, TrainGateClient
-from rollout_sdk.engine.record import RecordState, RolloutRecord
-from rollout_sdk.engine.worker import RolloutWorker
-from rollout_sdk.protocol import InitResponse, Message, RolloutRequest
+from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
+from rollout_sdk.engine.worker import RolloutWorker, error_response
+from rollout_sdk.protocol import InitResponse, Message, RolloutRequest, RolloutStatus
 from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.memory import MemoryStore
 
@@ -356,18 +356,23 @@ async def test_finish_lost_to_another_writer_keeps_the_stored_response() -> None
         async def run(self, ctx: RolloutContext) -> RolloutResult:
             # A recovery sweep fixes an ERROR response while this attempt still runs.
             now = time.time()
-            await rig.store.transition(
+            swept = await rig.store.settle(
                 "rollout-1",
-                from_states=(RecordState.RUNNING,),
-                changes={"state": RecordState.FINISHED, "response": {"swept": True}},
+                attempt=JOB.attempt,
+                response=error_response("rollout-1", "swept"),
+                lease_until=now + 60,
+                expires_at=expiry(now, 3600),
                 now=now,
+                even_if_leased=True,
             )
+            assert swept.applied
             return ctx.complete([])
 
     rig = await make_rig(Hijacked())
     final = await rig.worker.run(JOB)
     assert final is not None
-    assert final.response == {"swept": True}
+    stored = final.response_model()
+    assert stored is not None and stored.error_message == "swept"
     assert rig.gate.on(COMPLETED_PATH) == []
 
 
@@ -425,17 +430,16 @@ async def test_a_response_the_store_refuses_is_replaced_by_a_small_error() -> No
     from rollout_sdk.errors import StoreError
 
     rig = await make_rig(TwoTurnAgent())
-    real = rig.store.transition
+    real = rig.store.finish
     refused: list[str] = []
 
     async def picky(rollout_id: str, **kwargs: Any) -> Any:
-        response = kwargs["changes"].get("response")
-        if response is not None and response["status"] == "COMPLETED":
+        if kwargs["response"].status == RolloutStatus.COMPLETED:
             refused.append(rollout_id)
             raise StoreError("item too large")
         return await real(rollout_id, **kwargs)
 
-    rig.store.transition = picky  # type: ignore[method-assign]
+    rig.store.finish = picky  # type: ignore[method-assign]
     final = await rig.worker.run(JOB)
     assert refused == [JOB.rollout_id]
     assert final is not None
