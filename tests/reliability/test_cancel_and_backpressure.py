@@ -5,14 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.reliability import (
-    FAST,
-    LocalRig,
-    Row,
-    run_backpressure,
-    run_cancel,
-    run_local_deadline,
-)
+from testkit.rigs import LocalRig
+from testkit.scenarios.base import FAST, Row
+from testkit.scenarios.control import run_backpressure, run_cancel, run_local_deadline
 
 pytestmark = pytest.mark.integration
 

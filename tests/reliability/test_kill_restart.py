@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.reliability import FAST, Row, run_kill_restart
+from testkit.scenarios.base import FAST, Row
+from testkit.scenarios.kill import run_kill_restart
 
 pytestmark = pytest.mark.integration
 
