@@ -217,6 +217,7 @@ def run_aws_worker_deaths(rig: AwsRig, scale: Scale, say: Say = quiet) -> list[R
     took = time.monotonic() - killed_at
     # Reported by that one recovery, before anything else is tried.
     first = {rid: delivery(rig.standin, rid).received for rid in events}
+    first_attempts = {rid: delivery(rig.standin, rid).attempts for rid in events}
     states = {rid: getattr(rig.record(rid), "state", None) for rid in events}
     # Afterwards, neither another failure record nor a late event sends anything.
     for index, event in enumerate(events.values()):
@@ -256,8 +257,9 @@ def run_aws_worker_deaths(rig: AwsRig, scale: Scale, say: Say = quiet) -> list[R
                 )
         row.measured = (
             f"{tally(Counter(str((i.body or {}).get('status')) for i in items))}, received "
-            f"once each, within {took:.1f} s of the kill (lease 5 s); a second failure record "
-            "and a late event sent nothing"
+            f"once {sum(i.received == 1 for i in items)}/{len(items)}, within {took:.1f} s of the "
+            f"kill (lease 5 s); POSTs after a second failure record and a late event: "
+            f"{sum(i.attempts - first_attempts[i.rollout_id] for i in items)}"
         )
     say(f"   {deaths[0].row.measured}")
     return [d.row for d in deaths]
@@ -302,7 +304,9 @@ def run_aws_parked_redrive(rig: AwsRig, scale: Scale, say: Say = quiet) -> Row:
     row.check(again["delivered"] == 0, f"a third re-drive delivered {again['delivered']}")
     row.measured = (
         f"{len(ids)} parked, sealed; two concurrent re-drives (examined {examined}) and a third; "
-        f"POSTs per rollout {spread(i.attempts for i in items)} (3 failed, 1 delivered)"
+        f"POSTs per rollout {spread(i.attempts for i in items)} "
+        f"({sum(i.attempts - i.received for i in items)} failed, "
+        f"{sum(i.received for i in items)} delivered)"
     )
     say(f"   {row.measured}")
     return row
@@ -347,11 +351,14 @@ def run_aws_deadline(rig: AwsRig, scale: Scale, say: Say = quiet) -> Row:
             (body.get("status"), body.get("finish_reason")) == ("ERROR", "timeout"),
             f"{item.rollout_id}: {body.get('status')} {body.get('finish_reason')}",
         )
-        check_last_turn(row, item.rollout_id, body, rig.standin.calls_for("chat", item.rollout_id))
+        row.counts["as of the last turn"] += check_last_turn(
+            row, item.rollout_id, body, rig.standin.calls_for("chat", item.rollout_id)
+        )
     row.measured = (
         f"{tally(Counter(str((i.body or {}).get('finish_reason')) for i in items))}; handler "
         f"returned after {spread(round(e, 2) for e in elapsed)} s of {margin + budget:g} s; "
-        "conversation as of the last completed turn"
+        f"conversation as of the last completed turn {row.counts['as of the last turn']}/"
+        f"{len(items)}"
     )
     say(f"   {row.measured}")
     return row

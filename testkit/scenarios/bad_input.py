@@ -191,22 +191,23 @@ async def _bad_input(rig: LocalRig) -> Row:
                     case.names in response.text,
                     f"{case.what}: the answer does not name {case.names}: {response.text[:200]}",
                 )
-            if case.probe is not None:
-                row.check(
-                    await record_of(client, case.probe) is None,
-                    f"{case.what}: a record of {case.probe} was stored",
-                )
+            if case.probe is not None and not row.check(
+                await record_of(client, case.probe) is None,
+                f"{case.what}: a record of {case.probe} was stored",
+            ):
+                row.counts["stored"] += 1
     await asyncio.sleep(0.5)  # room for a run, if one had been started
     for case in cases:
         if case.probe is not None:
             calls = rig.standin.calls_for("chat", case.probe)
             calls += rig.standin.calls_for("completed", case.probe)
-            row.check(not calls, f"{case.what}: {case.probe} reached TrainGate")
+            if not row.check(not calls, f"{case.what}: {case.probe} reached TrainGate"):
+                row.counts["reached TrainGate"] += 1
     row.sent = len(cases)
     row.measured = (
         f"{len(cases) - len(row.failures)}/{len(cases)} right: "
         + ", ".join(f"{n} x {code}" for code, n in sorted(codes.items()))
-        + "; none stored or run"
+        + f"; {row.counts['stored']} stored, {row.counts['reached TrainGate']} reached TrainGate"
     )
     return row
 

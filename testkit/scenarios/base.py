@@ -141,6 +141,9 @@ class Row:
     distinct: bool = True
     #: The rollouts counted, by id (not shown in the table).
     ids: list[str] = field(default_factory=list)
+    #: What the scenario counted beyond the columns, by name (the tests assert these; the
+    #: measured cell prints them).
+    counts: Counter[str] = field(default_factory=Counter)
 
     @property
     def ok(self) -> bool:

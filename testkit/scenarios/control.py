@@ -127,11 +127,18 @@ async def _cancel(rig: LocalRig, scale: Scale, say: Say) -> list[Row]:
         f"{running_row.reported}/{len(running_ids)} ERROR cancelled; chat calls after the "
         f"cancel {spread(turns_after)} (1 allowed: a turn already in flight)"
     )
+    queued_chats = sum(len(rig.standin.calls_for("chat", rid)) for rid in queued_ids)
+    queued_row.counts.update({"chat calls": queued_chats, f"unknown id {unknown.status_code}": 1})
     queued_row.measured = (
-        f"{queued_row.reported}/{len(queued_ids)} ERROR cancelled; 0 chat calls; unknown id 404"
+        f"{queued_row.reported}/{len(queued_ids)} ERROR cancelled; {queued_chats} chat calls; "
+        f"unknown id {unknown.status_code}"
     )
     finished_row.sent = finished_row.reported = len(running_ids) + len(queued_ids)
-    finished_row.measured = f"{conflicts}/{finished_row.sent} answered 409; no second callback"
+    again_sent = sum(delivery(rig.standin, rid).attempts - 1 for rid in running_ids + queued_ids)
+    finished_row.counts.update({"409": conflicts, "callbacks after the 409": again_sent})
+    finished_row.measured = (
+        f"{conflicts}/{finished_row.sent} answered 409; {again_sent} callbacks after it"
+    )
     say(f"   {running_row.measured}; {queued_row.measured}")
     return [running_row, queued_row, finished_row]
 
@@ -153,12 +160,13 @@ async def _backpressure(rig: LocalRig, scale: Scale, say: Say) -> Row:
     tag = secrets.token_hex(3)
     ids = [f"bp-{tag}-{i:03d}" for i in range(scale.backpressure)]
     refusals = 0
+    stored = 0
     retry_afters: Counter[str] = Counter()
     peak = 0
     async with rig.client(scale.backpressure + 8) as client:
 
         async def drive(rid: str) -> None:
-            nonlocal refusals
+            nonlocal refusals, stored
             body = rollout_body(rid, rig.traingate_url, metadata=slow(2, 0.1))
             for _ in range(200):
                 answer = await rig.post_init(client, body)
@@ -173,7 +181,10 @@ async def _backpressure(rig: LocalRig, scale: Scale, say: Say) -> Row:
                     header.isdigit() and int(header) >= 1, f"{rid}: Retry-After {header!r}"
                 ):
                     return
-                row.check(await record_of(client, rid) is None, f"{rid}: stored after its 429")
+                if not row.check(
+                    await record_of(client, rid) is None, f"{rid}: stored after its 429"
+                ):
+                    stored += 1
                 await asyncio.sleep(int(header))
             row.fail(f"{rid}: still refused after 200 inits")
 
@@ -205,7 +216,7 @@ async def _backpressure(rig: LocalRig, scale: Scale, say: Say) -> Row:
     row.check(refusals > 0, "no init was refused: the limits were never reached")
     row.check(peak <= limit, f"{peak} rollouts held at once, over the limit of {limit}")
     row.measured = (
-        f"{refusals} x 429 (Retry-After {tally(retry_afters)} s), none stored; peak held "
+        f"{refusals} x 429 (Retry-After {tally(retry_afters)} s), {stored} stored; peak held "
         f"{peak} <= {limit}; {row.reported}/{len(ids)} COMPLETED after retries"
     )
     say(f"   {row.measured}")
@@ -217,14 +228,14 @@ def run_backpressure(rig: LocalRig, scale: Scale, say: Say = quiet) -> Row:
     return asyncio.run(_backpressure(rig, scale, say))
 
 
-def check_last_turn(row: Row, rollout_id: str, body: dict[str, Any], chat: Sequence[Call]) -> None:
+def check_last_turn(row: Row, rollout_id: str, body: dict[str, Any], chat: Sequence[Call]) -> bool:
     """A timed-out rollout reports the conversation as of its last completed turn: what it sent
     with its last answered chat call, plus that call's reply. (When the deadline fell while an
     answer was on the wire, that turn never completed: the call before it is the last.)"""
     messages = body.get("final_messages") or []
     answered = [c for c in sorted(chat, key=lambda c: c.arrived) if c.outcome == OK and c.body]
     sent = [(c.body or {}).get("messages") for c in answered[-2:]]
-    row.check(
+    return row.check(
         bool(messages) and messages[-1].get("role") == "assistant" and messages[:-1] in sent,
         f"{rollout_id}: the reported conversation ({len(messages)} messages) is not the one of "
         f"its last completed turn ({len(answered)} turns answered)",
@@ -271,11 +282,14 @@ async def _local_deadline(rig: LocalRig, scale: Scale, say: Say) -> Row:
             LOCAL_REQUEST_TIMEOUT - 0.5 <= seconds <= LOCAL_REQUEST_TIMEOUT + 5,
             f"{rid}: reported {seconds:.1f} s after its init",
         )
-        check_last_turn(row, rid, body, rig.standin.calls_for("chat", rid))
+        row.counts["as of the last turn"] += check_last_turn(
+            row, rid, body, rig.standin.calls_for("chat", rid)
+        )
         row.check(item.attempts == 1 and item.runs == 1, f"{item.describe()}: not once")
     row.measured = (
         f"{tally(Counter(str((i.body or {}).get('finish_reason')) for i in items))}; reported "
-        f"{spread(round(t, 1) for t in took)} s after init; conversation as of the last completed turn"
+        f"{spread(round(t, 1) for t in took)} s after init; conversation as of the last completed "
+        f"turn {row.counts['as of the last turn']}/{len(items)}"
     )
     say(f"   {row.measured}")
     return row

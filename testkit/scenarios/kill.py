@@ -165,10 +165,19 @@ async def _kill_restart(rig: LocalRig, scale: Scale, say: Say) -> list[Row]:
         items = [delivery(standin, rid) for rid in ids]
         row.count(items)
         statuses: Counter[str] = Counter()
+        counts = row.counts
         for item in items:
             rid = item.rollout_id
             body = item.body or {}
             statuses[str(body.get("status"))] += 1
+            counts[f"at the kill {(at_kill.get(rid) or {}).get('state', 'absent')}"] += 1
+            counts["received once"] += item.received == 1
+            counts["POSTs after the restart"] += sum(
+                1 for c in item.calls if c.arrived > restart_at
+            )
+            counts["chat calls after the kill"] += standin.chat_count(rid) - chats[rid]
+            counts["runs after the kill"] += standin.runs(rid) - runs[rid]
+            counts[f"reported {body.get('status')}"] += 1
             row.check(item.received == 1, f"{item.describe()}: received {item.received} times")
             record = records.get(rid)
             row.check(
@@ -191,9 +200,11 @@ async def _kill_restart(rig: LocalRig, scale: Scale, say: Say) -> list[Row]:
         if name == "queued":
             row.check(all(runs[r] == 0 for r in ids), "a queued rollout had started")
         row.measured = (
-            f"{expected_state[name]} at the kill; {tally(statuses)}, received once each"
-            + (" (before the kill; nothing after the restart)" if name == "delivered" else "")
-            + "; chat calls unchanged since the kill"
+            f"{counts[f'at the kill {expected_state[name]}']}/{len(ids)} {expected_state[name]} "
+            f"at the kill; {tally(statuses)}; received once {counts['received once']}/{len(ids)}; "
+            f"POSTs after the restart {counts['POSTs after the restart']}; chat calls after the "
+            f"kill {counts['chat calls after the kill']}; runs after the kill "
+            f"{counts['runs after the kill']}"
         )
     return list(rows.values())
 
