@@ -17,7 +17,7 @@ from rollout_sdk.testing.threads import ServerThread
 from testkit.bodies import calculator_body, make_questions
 from testkit.wait import until
 
-from .support import AUTH, CountingAgent, HeaderRecorder, idle, local_app
+from .support import AUTH, CountingAgent, HeaderRecorder, local_app
 
 pytestmark = pytest.mark.integration
 
@@ -86,7 +86,7 @@ async def test_concurrent_identical_inits_run_once_and_answer_identical_bodies(
             late = await client.post("/v1/rollout/init", json=body)
             assert late.status_code == 202
             assert late.content == responses[0].content
-            await idle(client)  # a second run, had the late init started one, has ended
+            await asyncio.sleep(0.5)  # room for a second run or callback, if there were one
             health = (await client.get("/health")).json()
     assert len(standin.completions["dup-1"]) == 1
     assert standin.completions["dup-1"][0]["status"] == "COMPLETED"
