@@ -32,9 +32,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO_ROOT, child_env, emit_result, median, parse_result
-from bench.load import DEFAULT_AGENT
+from bench.common import child_env, emit_result, median, parse_result
 from bench.throughput import standin_thread
+from testkit import REPO_ROOT
+from testkit.processes import DEFAULT_AGENT
 
 SERVER_KEY = "local-server-key"  # what events/*.json send
 CALLBACK_KEY = "sample-callback-key"

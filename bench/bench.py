@@ -35,7 +35,6 @@ import itertools
 import math
 import operator
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -45,10 +44,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO_ROOT, Figure, child_env, median, parse_result
+from bench.common import Figure, child_env, median, parse_result
 from bench.memory import MemoryRun, run_memory
 from bench.overhead import OverheadRun, run_overhead
 from bench.throughput import BASELINE, ThroughputRun, run_baseline, run_kit
+from testkit import REPO_ROOT
+from testkit.machine import machine
 
 RESULTS = REPO_ROOT / "bench" / "results"
 PACKAGES = (
@@ -102,27 +103,6 @@ class Goal:
 
 
 # ---------------------------------------------------------------- machine and versions
-
-
-def machine() -> dict[str, Any]:
-    cpu = "unknown"
-    with Path("/proc/cpuinfo").open(encoding="utf-8") as handle:
-        for line in handle:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    memory_kib = 0
-    for line in Path("/proc/meminfo").read_text(encoding="utf-8").splitlines():
-        if line.startswith("MemTotal:"):
-            memory_kib = int(line.split()[1])
-    return {
-        "cpu_model": cpu,
-        "cores": os.cpu_count(),
-        "memory_mib": round(memory_kib / 1024),
-        "kernel": f"{platform.system()} {platform.release()}",
-        "python": platform.python_version(),
-        "implementation": platform.python_implementation(),
-    }
 
 
 def _git(*args: str) -> str:

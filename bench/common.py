@@ -1,5 +1,6 @@
 """Shared pieces of ``make bench``: figures over runs, /proc readers, the stand-in's callback
-signal, and the request bodies of the calculator exchange."""
+signal, and the report line of a bench subprocess (the request bodies are
+:mod:`testkit.bodies`)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from rollout_sdk.engine.client import CHAT_PATH, COMPLETED_PATH
+from testkit import REPO_ROOT
+from testkit.aws import fake_aws_env
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 MIB = 1024 * 1024
-SYSTEM_PROMPT = "You are a careful calculator. Use the tools."
-COMPLETION_PARAMS: dict[str, Any] = {"temperature": 0.0, "max_tokens": 128}
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -33,15 +33,6 @@ def median(values: list[float]) -> float:
     none."""
     numbers = [v for v in values if not math.isnan(v)]
     return statistics.median(numbers) if numbers else math.nan
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The ``q``-th percentile (0-100) by nearest rank; NaN for no values."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]
 
 
 @dataclass
@@ -177,31 +168,6 @@ def steady_window(callback_times: list[float], warmup: int, total: int) -> tuple
     return ordered[-1] - start, len(ordered) - warmup
 
 
-# ---------------------------------------------------------------- the calculator exchange
-
-
-def first_messages(question: str) -> list[dict[str, Any]]:
-    """The conversation a calculator rollout starts with."""
-    return [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": question},
-    ]
-
-
-def init_body(
-    rollout_id: str, question: str, truth: str, *, server_url: str, callback_key: str
-) -> dict[str, Any]:
-    """A ``RolloutRequest`` for the calculator agent."""
-    return {
-        "rollout_id": rollout_id,
-        "server_url": server_url,
-        "messages": first_messages(question),
-        "completion_params": dict(COMPLETION_PARAMS),
-        "metadata": {"ground_truth": truth},
-        "api_key": callback_key,
-    }
-
-
 #: Prefix of the one line of JSON a bench subprocess reports (logs may share its stdout).
 RESULT_MARK = "BENCH-RESULT "
 
@@ -220,26 +186,6 @@ def parse_result(stdout: str) -> Any:
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a bench subprocess: fake AWS credentials and no outer config, so no
-    child can reach real AWS; the kit's own settings of the outer shell are dropped."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_REGION")
-        and not k.startswith(("OSMOSIS_ROLLOUT_", "ROLLOUT_SDK_"))
-    }
-    env.update(
-        {
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_SESSION_TOKEN": "testing",
-            "AWS_SECURITY_TOKEN": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_EC2_METADATA_DISABLED": "true",
-            "AWS_CONFIG_FILE": os.devnull,
-            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-            "PYTHONPATH": str(REPO_ROOT),
-        }
-    )
-    env.update(extra or {})
-    return env
+    """The environment of a bench subprocess: fake AWS (:mod:`testkit.aws`), none of the outer
+    shell's kit settings, and this repository on ``PYTHONPATH``; then ``extra``."""
+    return fake_aws_env({"PYTHONPATH": str(REPO_ROOT), **(extra or {})}, clean=True)

@@ -32,7 +32,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.load import HTTPSubprocess
 from examples.calculator.agent import agent_loop
 from rollout_sdk.dispatch.base import Job
 from rollout_sdk.engine.client import TrainGateClient
@@ -41,7 +40,7 @@ from rollout_sdk.engine.worker import RolloutWorker
 from rollout_sdk.protocol import InitResponse, RolloutRequest
 from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.memory import MemoryStore
-from rollout_sdk.testing.threads import free_port
+from testkit.standin_server import standin_process
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -154,16 +153,9 @@ async def run_mode(
 
 
 async def main_async(args: argparse.Namespace) -> list[ModeResult]:
-    port = free_port()
-    argv = [sys.executable, "-m", "uvicorn", "bench.standin_app:app", "--port", str(port)]
-    argv += ["--log-level", "warning", "--no-access-log"]
     results = []
-    with HTTPSubprocess(
-        argv,
-        url=f"http://127.0.0.1:{port}",
-        log_path=Path(tempfile.gettempdir()) / "bench-handoff-standin.log",
-        env={"STANDIN_CHAT_DELAY": str(args.chat_delay)},
-    ) as server:
+    log_dir = Path(tempfile.gettempdir()) / "bench-handoff-standin"
+    with standin_process(log_dir, chat_delay=args.chat_delay) as server:
         for mode in ("direct", "queue"):
             print(
                 f"bench.handoff: {mode}: {args.rollouts} rollouts, chat delay {args.chat_delay:g} s ...",

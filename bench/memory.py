@@ -19,10 +19,11 @@ from typing import Any
 
 import httpx
 
-from bench.common import MIB, StandinProbe, init_body, peak_rss, reset_peak_rss, rss
-from bench.load import ServerProcess, make_questions
+from bench.common import MIB, StandinProbe, peak_rss, reset_peak_rss, rss
 from bench.throughput import standin_thread
 from rollout_sdk.testing.standin import TrainGateStandIn
+from testkit.bodies import calculator_body, make_questions
+from testkit.processes import ServerProcess
 
 
 @dataclass
@@ -71,11 +72,11 @@ async def _drive(
 
         async def init(i: int) -> None:
             question, answer = questions[i]
-            body = init_body(
+            body = calculator_body(
                 f"bench-mem-{tag}-{i:05d}",
-                question,
-                answer,
-                server_url=url,
+                url,
+                question=question,
+                truth=answer,
                 callback_key=callback_key,
             )
             response = await client.post("/v1/rollout/init", json=body)

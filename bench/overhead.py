@@ -12,21 +12,19 @@ from __future__ import annotations
 import asyncio
 import secrets
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 
-from bench.common import COMPLETION_PARAMS, REPO_ROOT, first_messages, median
-from bench.load import HTTPSubprocess
+from bench.common import median
 from rollout_sdk.agent.loop import RolloutLLMClient
 from rollout_sdk.engine.client import CHAT_PATH, TrainGateClient
 from rollout_sdk.settings import RolloutClientSettings
-from rollout_sdk.testing.threads import free_port
+from testkit.bodies import COMPLETION_PARAMS, first_messages
+from testkit.standin_server import standin_process
 
 
 @dataclass
@@ -38,17 +36,6 @@ class OverheadRun:
     raw_us: float
     overhead_us: float
     overhead_mean_us: float
-
-
-def standin_process(log_dir: str | Path, callback_key: str) -> HTTPSubprocess:
-    """The stand-in in its own process on a free loopback port (not started)."""
-    port = free_port()
-    return HTTPSubprocess(
-        [sys.executable, "-m", "bench.standin_server", "--port", str(port)],
-        url=f"http://127.0.0.1:{port}",
-        log_path=Path(log_dir) / "standin.log",
-        env={"BENCH_CALLBACK_KEY": callback_key, "PYTHONPATH": str(REPO_ROOT)},
-    )
 
 
 async def _measure(url: str, callback_key: str, *, calls: int, warmup: int) -> OverheadRun:
@@ -102,7 +89,7 @@ def run_overhead(*, runs: int, calls: int, warmup: int = 200) -> list[OverheadRu
     callback_key = secrets.token_urlsafe(16)
     results = []
     with tempfile.TemporaryDirectory(prefix="rollout-sdk-bench-") as log_dir:
-        standin = standin_process(log_dir, callback_key)
+        standin = standin_process(log_dir, callback_key=callback_key)
         try:
             standin.start(timeout=30.0)
             for _ in range(runs):

@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from testkit.aws import FAKE_AWS
+
 GOAL_BYTES = 15_000_000  # "at most 15 MB"
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,10 +79,7 @@ def import_check(python: str, artifact: Path, boto3_dir: Path) -> tuple[bool, fl
         "AGENT_LOOP": "examples.calculator.agent:agent_loop",
         "TABLE_NAME": "rollouts",
         "WORKER_FUNCTION_NAME": "worker",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
+        **FAKE_AWS,
     }
     code = "import time; t = time.perf_counter(); import handler; print(time.perf_counter() - t)"
     done = subprocess.run(  # noqa: S603 - a fixed argv list, no shell

@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.common import REPO_ROOT
 from bench.throughput import run_kit
+from testkit import REPO_ROOT
 
 RESULTS = REPO_ROOT / "bench" / "results"
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")

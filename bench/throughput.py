@@ -37,24 +37,22 @@ from urllib.parse import urlsplit
 import httpx
 
 from bench.common import (
-    COMPLETION_PARAMS,
     MIB,
-    REPO_ROOT,
     StandinProbe,
     child_env,
     cpu_seconds,
     emit_result,
-    first_messages,
-    init_body,
     parse_result,
     peak_rss,
-    percentile,
     steady_window,
 )
-from bench.load import ServerProcess, make_questions
 from rollout_sdk.engine.client import CHAT_PATH, COMPLETED_PATH
+from rollout_sdk.local.demo import percentile
 from rollout_sdk.testing.standin import TrainGateStandIn
 from rollout_sdk.testing.threads import ServerThread
+from testkit import REPO_ROOT
+from testkit.bodies import COMPLETION_PARAMS, calculator_body, first_messages, make_questions
+from testkit.processes import ServerProcess
 
 BASELINE = "baseline"
 
@@ -198,8 +196,8 @@ async def _drive_kit(
         async def init(i: int) -> None:
             nonlocal refused
             question, answer = questions[i]
-            body = init_body(
-                ids[i], question, answer, server_url=traingate_url, callback_key=callback_key
+            body = calculator_body(
+                ids[i], traingate_url, question=question, truth=answer, callback_key=callback_key
             )
             started = time.perf_counter()
             for attempt in range(2):

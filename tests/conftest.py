@@ -4,23 +4,11 @@ from __future__ import annotations
 
 import os
 
+from testkit.aws import SETTINGS_PREFIXES, use_fake_aws
+
 # Before anything imports boto3: fake credentials and a fixed region, so no test can reach real
 # AWS whatever the developer's shell or ~/.aws holds.
-os.environ.update(
-    {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing",
-        "AWS_SECURITY_TOKEN": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-        "AWS_CONFIG_FILE": os.devnull,
-        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-    }
-)
-for _name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
-    os.environ.pop(_name, None)
+use_fake_aws()
 
 from collections.abc import Iterator  # noqa: E402 - the environment must be set first
 
@@ -28,15 +16,13 @@ import pytest  # noqa: E402
 
 from rollout_sdk.settings import reset_settings  # noqa: E402
 
-_OURS = ("OSMOSIS_ROLLOUT_", "ROLLOUT_SDK_")
-
 
 @pytest.fixture(autouse=True)
 def _isolated_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Drop every OSMOSIS_ROLLOUT_* and ROLLOUT_SDK_* variable of the outer environment and
     re-read settings."""
     for name in list(os.environ):
-        if name.upper().startswith(_OURS):
+        if name.upper().startswith(SETTINGS_PREFIXES):
             monkeypatch.delenv(name)
     reset_settings()
     yield

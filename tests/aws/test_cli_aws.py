@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.load import run_load
+from testkit.load import run_load
 
 from .conftest import ROOT
 
@@ -84,8 +84,8 @@ def test_serve_on_a_given_endpoint_creates_only_the_table(
     import boto3
     import httpx
 
-    from bench.load import HTTPSubprocess
     from rollout_sdk.testing.threads import free_port
+    from testkit.processes import HTTPSubprocess
 
     port = free_port()
     argv = [*CLI, "serve", "--agent", "examples.calculator.agent:agent_loop", "--port", str(port)]

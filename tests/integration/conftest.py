@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# The example agent and the outside load driver (`bench`) live beside the package, not in it;
+# The example agent and the test kit (`testkit`) live beside the package, not in it;
 # `.venv/bin/pytest` does not put the project root on sys.path the way `python -m pytest` does.
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))

@@ -1,19 +1,21 @@
-"""Helpers of the integration tests: request bodies, a counting agent, a header recorder, the CLI."""
+"""Helpers of the integration tests: the local app, a counting agent, a header recorder, the CLI
+(request bodies and waits are :mod:`testkit.bodies` and :mod:`testkit.wait`)."""
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from bench.load import REPO_ROOT, subprocess_env
+import httpx
+
 from examples.calculator.agent import CalculatorAgent
 from rollout_sdk.local.server import build_local_app
 from rollout_sdk.settings import load_settings
+from testkit import REPO_ROOT
+from testkit.aws import fake_aws_env
+from testkit.wait import until
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -25,28 +27,6 @@ if TYPE_CHECKING:
 SERVER_KEY = "integration-server-key"
 AUTH = {"Authorization": f"Bearer {SERVER_KEY}"}
 CLI = str(Path(sys.executable).with_name("rollout-sdk"))
-
-
-def rollout_body(
-    rollout_id: str,
-    server_url: str,
-    *,
-    question: str = "What is 6 * 7?",
-    ground_truth: str = "42",
-    **extra: Any,
-) -> dict[str, Any]:
-    """An init body for the calculator agent."""
-    return {
-        "rollout_id": rollout_id,
-        "server_url": server_url,
-        "messages": [
-            {"role": "system", "content": "You are a careful calculator. Use the tools."},
-            {"role": "user", "content": question},
-        ],
-        "completion_params": {"temperature": 0.0, "max_tokens": 128},
-        "metadata": {"ground_truth": ground_truth},
-        **extra,
-    }
 
 
 def local_app(
@@ -101,15 +81,14 @@ class HeaderRecorder:
         await self.app(scope, receive, send)
 
 
-async def wait_until(
-    predicate: Callable[[], Awaitable[bool]], *, within: float = 10.0, what: str = "condition"
-) -> None:
-    """Poll ``predicate`` until it holds; AssertionError naming ``what`` after ``within`` s."""
-    deadline = time.monotonic() + within
-    while not await predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not hold within {within} s")
-        await asyncio.sleep(0.02)
+async def idle(client: httpx.AsyncClient) -> None:
+    """Until the server runs and queues no job (``/health``'s ``active_rollouts`` is 0): a job
+    an init had started would be counted from its 202 on, so after this it has ended."""
+
+    async def none_active() -> bool:
+        return int((await client.get("/health")).json()["active_rollouts"]) == 0
+
+    await until(none_active, within=20, what="every job ended")
 
 
 def run_cli(
@@ -119,7 +98,7 @@ def run_cli(
     return subprocess.run(
         [CLI, *args],
         cwd=cwd,
-        env=subprocess_env(),
+        env=fake_aws_env(),
         capture_output=True,
         text=True,
         timeout=timeout,

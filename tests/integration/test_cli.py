@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.load import ServerProcess
+from testkit.processes import ServerProcess
 
 from .support import run_cli
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from bench.load import REPO_ROOT, subprocess_env
+from testkit import REPO_ROOT
+from testkit.aws import fake_aws_env
+from testkit.wait import wait_until
 
 from .support import CLI, run_cli
 
@@ -73,16 +74,17 @@ def test_demo_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
         process = subprocess.Popen(
             [CLI, "demo", "--repeat", "200", "--concurrency", "4"],
             cwd=REPO_ROOT,
-            env=subprocess_env(),
+            env=fake_aws_env(),
             stdout=subprocess.PIPE,
             stderr=stderr,
         )
         try:
-            deadline = time.monotonic() + 30
-            while b"rollouts reported" not in log.read_bytes():
+
+            def reporting() -> bool:
                 assert process.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, "the demo never started reporting"
-                time.sleep(0.05)
+                return b"rollouts reported" in log.read_bytes()
+
+            wait_until(reporting, within=30, what="the demo reporting")
             process.send_signal(signal.SIGINT)
             stdout, _ = process.communicate(timeout=30)
         finally:

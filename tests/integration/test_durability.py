@@ -11,8 +11,10 @@ import pytest
 from rollout_sdk.engine.record import RecordState
 from rollout_sdk.testing.standin import TrainGateStandIn
 from rollout_sdk.testing.threads import ServerThread
+from testkit.bodies import calculator_body
+from testkit.wait import until
 
-from .support import AUTH, local_app, rollout_body, wait_until
+from .support import AUTH, idle, local_app
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +23,7 @@ async def test_restarted_server_answers_a_duplicate_of_a_finished_rollout_and_ru
     standin: TrainGateStandIn, traingate: ServerThread, tmp_path: Path
 ) -> None:
     state = tmp_path / "state"
-    body = rollout_body("durable-1", traingate.url, question="What is 19 + 23?")
+    body = calculator_body("durable-1", traingate.url, question="What is 19 + 23?")
 
     with ServerThread(local_app(state)) as first:
         async with httpx.AsyncClient(base_url=first.url, headers=AUTH, timeout=30) as client:
@@ -33,7 +35,7 @@ async def test_restarted_server_answers_a_duplicate_of_a_finished_rollout_and_ru
                 return bool((await client.get("/health")).json()["completed_rollouts"] == 1)
 
             # The worker records DELIVERED just after the callback; let it before stopping.
-            await wait_until(counted, what="the first server finishing the rollout")
+            await until(counted, what="the first server finishing the rollout")
     assert standin.chat_calls == 2
 
     app = local_app(state)
@@ -43,7 +45,7 @@ async def test_restarted_server_answers_a_duplicate_of_a_finished_rollout_and_ru
             changed = await client.post(
                 "/v1/rollout/init", json={**body, "metadata": {"ground_truth": "43"}}
             )
-            await asyncio.sleep(0.5)  # room for a run or a callback, if one were started
+            await idle(client)  # a run, had either init started one, has ended
             health = (await client.get("/health")).json()
             record = await app.state.runtime.store.get("durable-1", now=0.0)
 

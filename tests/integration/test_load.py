@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from bench.load import run_load
+from testkit.load import run_load
 
 pytestmark = pytest.mark.integration
 

@@ -10,13 +10,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.load import make_questions
 from rollout_sdk.engine.record import RecordState
 from rollout_sdk.settings import load_settings
 from rollout_sdk.testing.standin import TrainGateStandIn
 from rollout_sdk.testing.threads import ServerThread
+from testkit.bodies import calculator_body, make_questions
+from testkit.wait import until
 
-from .support import AUTH, CountingAgent, HeaderRecorder, local_app, rollout_body, wait_until
+from .support import AUTH, CountingAgent, HeaderRecorder, local_app
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +34,7 @@ async def test_batch_is_reported_once_each_completed_with_reward_and_metrics(
                 *(
                     client.post(
                         "/v1/rollout/init",
-                        json=rollout_body(rid, traingate.url, question=q, ground_truth=a),
+                        json=calculator_body(rid, traingate.url, question=q, truth=a),
                     )
                     for rid, (q, a) in zip(ids, questions, strict=True)
                 )
@@ -47,7 +48,7 @@ async def test_batch_is_reported_once_each_completed_with_reward_and_metrics(
                 health = (await client.get("/health")).json()
                 return bool(health["completed_rollouts"] == len(ids))
 
-            await wait_until(all_counted, what="/health counting every rollout")
+            await until(all_counted, what="/health counting every rollout")
             health = (await client.get("/health")).json()
             assert health["active_rollouts"] == 0
             assert health["agent_loop"] == "calculator"
@@ -70,7 +71,7 @@ async def test_batch_is_reported_once_each_completed_with_reward_and_metrics(
 async def test_concurrent_identical_inits_run_once_and_answer_identical_bodies(
     standin: TrainGateStandIn, traingate: ServerThread, tmp_path: Path
 ) -> None:
-    body = rollout_body("dup-1", traingate.url, idempotency_key="step-7-sample-0")
+    body = calculator_body("dup-1", traingate.url, idempotency_key="step-7-sample-0")
     with ServerThread(local_app(tmp_path / "state")) as server:
         async with httpx.AsyncClient(base_url=server.url, headers=AUTH, timeout=30) as client:
             # A retry may carry a rotated callback key and is still the same request.
@@ -106,12 +107,12 @@ async def test_callback_key_is_sent_as_bearer_on_chat_and_completed_and_never_st
             for i in range(3):
                 response = await client.post(
                     "/v1/rollout/init",
-                    json=rollout_body(f"keyed-{i}", traingate.url, api_key=callback_key),
+                    json=calculator_body(f"keyed-{i}", traingate.url, api_key=callback_key),
                 )
                 assert response.status_code == 202
             wrong = await client.post(
                 "/v1/rollout/init",
-                json=rollout_body("wrong-key", traingate.url, api_key="not-the-callback-key"),
+                json=calculator_body("wrong-key", traingate.url, api_key="not-the-callback-key"),
             )
             assert wrong.status_code == 202
             assert await asyncio.to_thread(standin.wait_for, 3, 20)
@@ -122,7 +123,7 @@ async def test_callback_key_is_sent_as_bearer_on_chat_and_completed_and_never_st
                 return record is not None and record.state == RecordState.UNDELIVERABLE
 
             # TrainGate refused the wrong key with 401: final, so the rollout is not re-sent.
-            await wait_until(refused, what="the wrong-key rollout becoming UNDELIVERABLE")
+            await until(refused, what="the wrong-key rollout becoming UNDELIVERABLE")
 
     assert sorted(standin.completions) == ["keyed-0", "keyed-1", "keyed-2"]
     assert all(b[0]["status"] == "COMPLETED" for b in standin.completions.values())
@@ -150,7 +151,7 @@ async def test_max_concurrent_rollouts_bounds_running_agents(
         async with httpx.AsyncClient(base_url=server.url, headers=AUTH, timeout=30) as client:
             responses = await asyncio.gather(
                 *(
-                    client.post("/v1/rollout/init", json=rollout_body(f"cap-{i}", traingate.url))
+                    client.post("/v1/rollout/init", json=calculator_body(f"cap-{i}", traingate.url))
                     for i in range(count)
                 )
             )
@@ -165,7 +166,7 @@ def test_metadata_limit_applies_and_the_key_is_checked_before_the_body(
     traingate: ServerThread, tmp_path: Path
 ) -> None:
     settings = load_settings(max_metadata_size_bytes=2048)
-    body = rollout_body("big", traingate.url)
+    body = calculator_body("big", traingate.url)
     body["metadata"]["padding"] = "x" * 4096
     with ServerThread(local_app(tmp_path / "state", settings=settings)) as server:
         response = httpx.post(f"{server.url}/v1/rollout/init", json=body, headers=AUTH)

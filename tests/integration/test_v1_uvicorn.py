@@ -9,11 +9,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.load import REPO_ROOT, HTTPSubprocess
 from rollout_sdk.testing.standin import TrainGateStandIn
 from rollout_sdk.testing.threads import ServerThread, free_port
-
-from .support import rollout_body
+from testkit import REPO_ROOT
+from testkit.bodies import calculator_body
+from testkit.processes import HTTPSubprocess
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +41,7 @@ async def test_v1_agent_under_plain_uvicorn_completes_a_rollout_with_reward(
         env={"ROLLOUT_API_KEY": "v1-server-key"},
         cwd=REPO_ROOT,
     )
-    body = rollout_body("v1-1", traingate.url, question="What is 12 * 12?", ground_truth="144")
+    body = calculator_body("v1-1", traingate.url, question="What is 12 * 12?", truth="144")
     with server:
         async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
             health = (await client.get("/health")).json()

@@ -1,4 +1,4 @@
-"""The reliability slice: the scenarios of ``bench/reliability.py`` at the fast scale.
+"""The reliability slice: the scenarios of :mod:`testkit.scenarios` at the fast scale.
 
 Each rig is started once for the package and stopped at its end: a ``rollout-sdk serve``
 subprocess for the TrainGate faults, duplicates and bad input; another with small limits for
@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.reliability import FAST, AwsRig, LocalRig, control_env, fault_env
+from testkit.rigs import AwsRig, LocalRig, control_env, fault_env
+from testkit.scenarios.base import FAST
 
 
 @pytest.fixture(scope="package")

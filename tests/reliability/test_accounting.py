@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import reliability
-from bench.reliability import FAST, Delivery, Row, check_last_turn, render, totals
 from rollout_sdk.testing.standin import ACK_LOST, FAILED, OK, REFUSED, Call
+from testkit.report import render, run_report, totals
+from testkit.scenarios.base import FAST, Delivery, Row
+from testkit.scenarios.control import check_last_turn
 
 _clock = itertools.count(1)
 
@@ -137,14 +138,12 @@ def test_the_table_has_every_column_and_marks_a_failed_row() -> None:
 
 
 @pytest.mark.parametrize(("lost", "code"), [(False, 0), (True, 1)])
-def test_the_runner_exits_non_zero_when_a_row_fails(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, lost: bool, code: int
-) -> None:
+def test_the_runner_exits_non_zero_when_a_row_fails(tmp_path: Path, lost: bool, code: int) -> None:
     row = Row("fault", "expected", "measured")
     row.count([deliver(call(FAILED, 503) if lost else call(OK))])
-    monkeypatch.setattr(reliability, "run_matrix", lambda scale, say: [row])
     out = tmp_path / "reliability.md"
-    assert reliability.main(["--scale", "fast", "--out", str(out)]) == code
+    done = run_report(FAST, out=out, command="c", matrix=lambda scale, say: [row])
+    assert done == code
     assert ("**PASS**" in out.read_text()) is not lost
 
 

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from bench.reliability import (
-    FAST,
-    AwsRig,
-    Row,
+from testkit.rigs import AwsRig
+from testkit.scenarios.aws import (
     run_aws_deadline,
     run_aws_duplicate_deliveries,
     run_aws_identical_inits,
     run_aws_parked_redrive,
     run_aws_worker_deaths,
 )
+from testkit.scenarios.base import FAST, Row
 
 pytestmark = pytest.mark.integration
 

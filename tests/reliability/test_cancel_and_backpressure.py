@@ -5,14 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.reliability import (
-    FAST,
-    LocalRig,
-    Row,
-    run_backpressure,
-    run_cancel,
-    run_local_deadline,
-)
+from testkit.rigs import LocalRig
+from testkit.scenarios.base import FAST, Row
+from testkit.scenarios.control import run_backpressure, run_cancel, run_local_deadline
 
 pytestmark = pytest.mark.integration
 
@@ -34,13 +29,15 @@ def test_a_queued_rollout_is_reported_cancelled_without_running(cancelled: list[
     row = cancelled[1]
     assert row.ok, row.summary()
     assert row.sent == row.reported == FAST.control_queued * FAST.cancel_rounds
+    assert row.counts["chat calls"] == 0
+    assert row.counts["unknown id 404"] == 1
 
 
 def test_cancelling_a_reported_rollout_is_409(cancelled: list[Row]) -> None:
     row = cancelled[2]
     assert row.ok, row.summary()
     total = (FAST.control_running + FAST.control_queued) * FAST.cancel_rounds
-    assert row.measured.startswith(f"{total}/{total} answered 409")
+    assert (row.counts["409"], row.counts["callbacks after the 409"]) == (total, 0)
 
 
 def test_excess_inits_get_429_with_retry_after_and_every_rollout_is_reported_once(

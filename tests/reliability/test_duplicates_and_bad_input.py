@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from bench.reliability import FAST, LocalRig, Row, run_bad_input, run_duplicates
+from testkit.rigs import LocalRig
+from testkit.scenarios.bad_input import run_bad_input
+from testkit.scenarios.base import FAST, Row
+from testkit.scenarios.duplicates import run_duplicates
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.reliability import FAST, PROFILES, LocalRig, Profile, Row, run_fault_mix
+from testkit.rigs import LocalRig
+from testkit.scenarios.base import FAST, Row
+from testkit.scenarios.faults import PROFILES, Profile, run_fault_mix
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.reliability import FAST, Row, run_kill_restart
+from testkit.scenarios.base import FAST, Row
+from testkit.scenarios.kill import run_kill_restart
 
 pytestmark = pytest.mark.integration
 
@@ -17,18 +18,32 @@ def rows() -> dict[str, Row]:
     return dict(zip(GROUPS, run_kill_restart(FAST), strict=True))
 
 
+STATE_AT_KILL = {
+    "delivered": "DELIVERED",
+    "parked": "FINISHED",
+    "running": "RUNNING",
+    "finished": "FINISHED",
+    "queued": "ACCEPTED",
+}
+
+
 @pytest.mark.parametrize("group", GROUPS)
 def test_reported_once_and_never_run_again(rows: dict[str, Row], group: str) -> None:
     row = rows[group]
     assert row.ok, row.summary()
     assert row.sent == row.reported == 2
-    assert "chat calls unchanged since the kill" in row.measured
+    assert row.counts[f"at the kill {STATE_AT_KILL[group]}"] == 2
+    assert row.counts["received once"] == 2
+    assert row.counts["chat calls after the kill"] == 0
+    assert row.counts["runs after the kill"] == 0
+    # Delivered before the kill: nothing after the restart; every other group: one POST each.
+    assert row.counts["POSTs after the restart"] == (0 if group == "delivered" else 2)
 
 
 def test_in_flight_rollouts_without_a_response_are_errors_and_stored_ones_are_sent(
     rows: dict[str, Row],
 ) -> None:
-    assert "2 ERROR" in rows["running"].measured
-    assert "2 ERROR" in rows["queued"].measured
-    assert "2 COMPLETED" in rows["finished"].measured
-    assert "2 COMPLETED" in rows["parked"].measured
+    assert rows["running"].counts["reported ERROR"] == 2
+    assert rows["queued"].counts["reported ERROR"] == 2
+    assert rows["finished"].counts["reported COMPLETED"] == 2
+    assert rows["parked"].counts["reported COMPLETED"] == 2

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -10,6 +9,7 @@ import pytest
 
 from rollout_sdk.testing.standin import ACK_LOST, FAILED, OK, REFUSED, Fault, TrainGateStandIn
 from rollout_sdk.testing.threads import ServerThread
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -39,10 +39,7 @@ def chat(rollout_id: str, run_id: str | None, *, turn: int = 1) -> dict[str, obj
 
 def wait_idle(traingate: TrainGateStandIn, within: float = 5.0) -> None:
     """Until the stand-in holds no call; AssertionError after ``within`` s."""
-    deadline = time.monotonic() + within
-    while traingate.pending_total():
-        assert time.monotonic() < deadline, "a call is still held"
-        time.sleep(0.01)
+    wait_until(lambda: traingate.pending_total() == 0, within=within, what="held calls ending")
 
 
 def test_a_dropped_connection_sends_no_answer_at_all(

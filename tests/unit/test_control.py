@@ -3,7 +3,6 @@ worker and a MockTransport TrainGate."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from rollout_sdk.http.app import create_app
 from rollout_sdk.protocol import Message
 from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.memory import MemoryStore
+from testkit.wait import until, until_true
 
 from .support import EchoAgent, FakeSleep, FakeTrainGate, request_body
 
@@ -49,14 +49,31 @@ class Server:
             "/v1/rollout/init", json=request_body(**overrides), headers=AUTH
         )
 
+    def reports(self, rollout_id: str) -> list[dict[str, Any]]:
+        return [b for b in self.gate.bodies(COMPLETED_PATH) if b["rollout_id"] == rollout_id]
+
     async def wait_reported(self, rollout_id: str, timeout: float = 5.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            sent = [b for b in self.gate.bodies(COMPLETED_PATH) if b["rollout_id"] == rollout_id]
-            if sent:
-                return sent[0]
-            await asyncio.sleep(0.01)
-        raise AssertionError(f"{rollout_id} was never reported")
+        await until_true(
+            lambda: bool(self.reports(rollout_id)), within=timeout, what=f"{rollout_id} reported"
+        )
+        return self.reports(rollout_id)[0]
+
+    async def wait_delivered(self, rollout_id: str) -> None:
+        """Until the record says DELIVERED (it is written after the 2xx of the callback)."""
+
+        async def delivered() -> bool:
+            record = await self.store.get(rollout_id, now=time.time())
+            return record is not None and record.state == RecordState.DELIVERED
+
+        await until(delivered, within=5, what=f"{rollout_id} recorded as delivered")
+
+    async def wait_idle(self) -> None:
+        """Until no job is running or queued (``/health``'s ``active_rollouts`` is 0)."""
+
+        async def idle() -> bool:
+            return int((await self.http.get("/health")).json()["active_rollouts"]) == 0
+
+        await until(idle, within=5, what="every job ended")
 
 
 async def serve(agent: EchoAgent, gate: FakeTrainGate, **server: Any) -> AsyncIterator[Server]:
@@ -84,7 +101,7 @@ async def test_status_of_a_delivered_rollout() -> None:
     async for s in serve(EchoAgent(), FakeTrainGate()):
         await s.init(api_key="cb")
         await s.wait_reported("rollout-1")
-        await asyncio.sleep(0.05)
+        await s.wait_delivered("rollout-1")
         answer = await s.http.get("/v1/rollout/rollout-1", headers=AUTH)
         assert answer.status_code == 200
         body = answer.json()
@@ -108,8 +125,7 @@ async def test_status_needs_the_key_and_knows_only_real_rollouts(looping: Server
 
 async def test_cancel_stops_a_running_rollout_before_its_next_turn(looping: Server) -> None:
     await looping.init(api_key="cb")
-    while len(looping.gate.on(CHAT_PATH)) < 2:
-        await asyncio.sleep(0.005)
+    await until_true(lambda: len(looping.gate.on(CHAT_PATH)) >= 2, within=5, what="two turns")
     answer = await looping.http.post("/v1/rollout/rollout-1/cancel", headers=AUTH)
     assert answer.status_code == 202
     assert answer.json()["cancel_requested"] is True
@@ -117,7 +133,7 @@ async def test_cancel_stops_a_running_rollout_before_its_next_turn(looping: Serv
     assert (report["status"], report["finish_reason"]) == ("ERROR", "cancelled")
     turns = len(looping.gate.on(CHAT_PATH))
     assert turns < 50
-    await asyncio.sleep(0.1)
+    await looping.wait_idle()  # the run has ended: any turn it still took is counted now
     assert len(looping.gate.on(CHAT_PATH)) == turns  # nothing after the cancel
     assert len(looping.gate.on(COMPLETED_PATH)) == 1
     again = await looping.http.post("/v1/rollout/rollout-1/cancel", headers=AUTH)
@@ -137,7 +153,7 @@ async def test_cancel_of_a_rollout_not_started_reports_it_without_running() -> N
         assert (report["status"], report["finish_reason"]) == ("ERROR", "cancelled")
         await s.http.post("/v1/rollout/first/cancel", headers=AUTH)
         await s.wait_reported("first")
-        await asyncio.sleep(0.1)
+        await s.wait_idle()  # the queued job has had its slot, and found nothing to run
         ran = [b["rollout_id"] for b in s.gate.bodies(CHAT_PATH)]
         assert "queued" not in ran  # never run
         assert len([b for b in s.gate.bodies(COMPLETED_PATH) if b["rollout_id"] == "queued"]) == 1
@@ -173,7 +189,7 @@ async def test_the_local_store_keeps_the_callback_key_only_sealed() -> None:
         assert "plain-callback-key" not in str(record.to_dict())
         await s.http.post("/v1/rollout/rollout-1/cancel", headers=AUTH)
         await s.wait_reported("rollout-1")
-        await asyncio.sleep(0.05)
+        await s.wait_delivered("rollout-1")
         done = await s.store.get("rollout-1", now=time.time())
         assert done is not None and done.state == RecordState.DELIVERED
         assert done.sealed_key is None  # dropped once delivered

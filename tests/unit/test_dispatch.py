@@ -9,6 +9,7 @@ import pytest
 from rollout_sdk.dispatch.base import Dispatcher, Job
 from rollout_sdk.dispatch.inprocess import InProcessDispatcher
 from rollout_sdk.errors import DispatchError
+from testkit.wait import until_true
 
 
 class Instrumented:
@@ -64,9 +65,8 @@ async def test_active_counts_running_and_queued_jobs() -> None:
     dispatcher = InProcessDispatcher(run, max_concurrent=2)
     for i in range(5):
         await dispatcher.dispatch(Job(f"r{i}"))
-    await asyncio.sleep(0.01)
+    await until_true(lambda: run.running == 2, within=5, what="two jobs running")
     assert dispatcher.active == 5
-    assert run.running == 2
     run.release.set()
     assert await dispatcher.drain(within=5)
     assert dispatcher.active == 0
@@ -100,8 +100,7 @@ async def test_aclose_cancels_running_and_queued_jobs() -> None:
     dispatcher = InProcessDispatcher(run, max_concurrent=2)
     for i in range(4):
         await dispatcher.dispatch(Job(f"r{i}"))
-    await asyncio.sleep(0.01)
-    assert run.running == 2
+    await until_true(lambda: run.running == 2, within=5, what="two jobs running")
     await asyncio.wait_for(dispatcher.aclose(), timeout=2)
     assert sorted(run.cancelled) == ["r0", "r1"]  # the two that held a slot
     assert run.done == []
@@ -116,9 +115,8 @@ async def test_dispatch_after_aclose_raises_dispatch_error() -> None:
     await dispatcher.aclose()
     with pytest.raises(DispatchError, match="shutting down"):
         await dispatcher.dispatch(Job("late"))
-    await asyncio.sleep(0.01)
+    assert dispatcher.active == 0  # no task was made for it
     assert run.done == []
-    assert dispatcher.active == 0
 
 
 async def test_an_exception_in_run_job_does_not_kill_the_dispatcher(

@@ -1,0 +1,51 @@
+"""The fake-AWS environment: fake credentials, a fixed region, no profile or config file, so
+nothing a test or a benchmark starts can reach real AWS."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, MutableMapping
+
+REGION = "us-east-1"
+
+#: Set in every environment the kit makes, before any boto3 client exists.
+FAKE_AWS: Mapping[str, str] = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_SECURITY_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": REGION,
+    "AWS_REGION": REGION,
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+}
+
+#: Dropped from every such environment: a profile would point boto3 at real credentials.
+UNSET_AWS = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE")
+
+#: The kit's own settings; ``clean`` drops the outer shell's.
+SETTINGS_PREFIXES = ("OSMOSIS_ROLLOUT_", "ROLLOUT_SDK_")
+
+
+def use_fake_aws(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Make ``environ`` (this process's, by default) fake-AWS in place."""
+    for name in UNSET_AWS:
+        environ.pop(name, None)
+    environ.update(FAKE_AWS)
+
+
+def fake_aws_env(
+    extra: Mapping[str, str] | None = None,
+    *,
+    base: Mapping[str, str] | None = None,
+    clean: bool = False,
+) -> dict[str, str]:
+    """A child's environment: ``base`` (this process's by default) made fake-AWS, without the
+    outer ``OSMOSIS_ROLLOUT_*`` and ``ROLLOUT_SDK_*`` settings when ``clean``, then ``extra``."""
+    env = dict(os.environ if base is None else base)
+    if clean:
+        env = {k: v for k, v in env.items() if not k.upper().startswith(SETTINGS_PREFIXES)}
+    use_fake_aws(env)
+    env.update(extra or {})
+    return env
