@@ -16,8 +16,9 @@ import pytest
 from fastapi import FastAPI
 from starlette.types import Message, Scope
 
+from rollout_sdk.engine.rules import check_server_url
 from rollout_sdk.errors import ServerUrlRefused
-from rollout_sdk.http.admission import check_server_url, is_json_content_type
+from rollout_sdk.http.admission import is_json_content_type
 from rollout_sdk.http.app import create_app
 from rollout_sdk.protocol import MAX_JSON_NESTING
 from rollout_sdk.settings import KitSettings, RolloutSettings, load_settings
