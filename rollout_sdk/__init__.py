@@ -53,11 +53,12 @@ from rollout_sdk.errors import (
     OsmosisTransportError,
     OsmosisValidationError,
     RolloutError,
+    ServeError,
     ToolArgumentError,
     ToolExecutionError,
 )
 from rollout_sdk.http.app import create_app
-from rollout_sdk.local.server import DEFAULT_HOST, DEFAULT_PORT, ServeError, serve_agent_loop
+from rollout_sdk.local.server import DEFAULT_HOST, DEFAULT_PORT, serve_agent_loop
 from rollout_sdk.protocol import (
     DEFAULT_MAX_METADATA_SIZE_BYTES,
     CompletionsChoice,

@@ -11,21 +11,31 @@ the v1 Osmosis SDK are kept, with their meaning, so ported agents can keep catch
     │   ├── OsmosisTimeoutError             a TrainGate call or the rollout deadline ran out
     │   ├── AgentLoopNotFoundError          registry look-up of an unknown name
     │   ├── AgentLoopValidationError        validate_agent_loop(...).raise_if_invalid()
+    │   ├── RolloutCancelled                ctx.chat after the rollout was cancelled
     │   └── ToolExecutionError              a tool failed (tool_call_id, tool_name)
     │       └── ToolArgumentError           a tool call's arguments are not a JSON object
     ├── ConfigurationError                  a setting is out of range or inconsistent
-    ├── RequestRejected                     init refused; the app maps each subclass to HTTP
-    │   ├── IdempotencyConflict             409: same key, different request / id in use
+    │   └── ServerKeyMissing                503: the key source holds no server key
+    ├── ServerKeyUnavailable                503: the key source could not be read (Retry-After)
+    ├── RequestRejected                     a request the server refuses
+    │   ├── Unauthorized                    401: the server key is missing, wrong or malformed
+    │   ├── EndpointDisabled                404: /platform/health with no server key configured
+    │   ├── UnsupportedMediaType            415: init's body is not JSON
     │   ├── PayloadTooLarge                 413: metadata or body over the configured limit
     │   ├── ServerUrlRefused                422: server_url not allowed (allowlist, link-local)
+    │   ├── IdempotencyConflict             409: same key, different request / id in use
     │   ├── RolloutNotFound                 404: status or cancel of an unknown rollout
     │   ├── RolloutAlreadyFinished          409: cancel of a finished rollout
     │   └── AgentToolsError                 500: the agent's get_tools failed or is invalid
-    ├── StoreError                          the record store failed (I/O, corruption)
-    └── DispatchError                       the hand-off to a worker failed
-        └── Overloaded                      429: past the concurrency limit and the queue bound
+    ├── StoreError                          503: the record store failed (I/O, corruption)
+    ├── DispatchError                       503: the hand-off to a worker failed
+    │   └── Overloaded                      429: past the concurrency limit and the queue bound
+    ├── ServeError                          the local server could not start
+    ├── RegisterError                       registering with the platform could not be done
+    └── DatasetError                        the demo's dataset cannot be read or a row is bad
 
-Errors are mapped to HTTP status codes in one place, :mod:`rollout_sdk.http.app`.
+The HTTP answer of each (status, headers, body) is one table, :mod:`rollout_sdk.http.problems`,
+which the app and the ASGI middlewares both render from.
 """
 
 from __future__ import annotations
@@ -83,6 +93,10 @@ class AgentLoopValidationError(OsmosisRolloutError):
         self.errors = list(errors or [])
 
 
+class RolloutCancelled(OsmosisRolloutError):
+    """Raised inside ``ctx.chat`` when the rollout was cancelled; the worker reports it."""
+
+
 class ToolExecutionError(OsmosisRolloutError):
     """A tool call failed."""
 
@@ -100,8 +114,42 @@ class ConfigurationError(RolloutError):
     """A setting is out of range or settings contradict each other."""
 
 
+class ServerKeyMissing(ConfigurationError):
+    """A server-key source is configured but holds no key: every protected request is refused."""
+
+    def __init__(
+        self, message: str = "no server key is configured in the key source; refusing"
+    ) -> None:
+        super().__init__(message)
+
+
+class ServerKeyUnavailable(RolloutError):
+    """The server-key source (Secrets Manager) could not be read; the request may be retried."""
+
+    def __init__(self, message: str = "the server key could not be read; retry shortly") -> None:
+        super().__init__(message)
+
+
 class RequestRejected(RolloutError):
-    """An init request the server refuses; subclasses say why (and which HTTP status)."""
+    """A request the server refuses; each subclass is one HTTP answer (see the table)."""
+
+
+class Unauthorized(RequestRejected):
+    """The server key is missing, wrong or malformed."""
+
+    def __init__(
+        self,
+        message: str = "Invalid or missing API key: send 'Authorization: Bearer <server key>'",
+    ) -> None:
+        super().__init__(message)
+
+
+class EndpointDisabled(RequestRejected):
+    """The endpoint is switched off in this deployment (``/platform/health`` with no key)."""
+
+
+class UnsupportedMediaType(RequestRejected):
+    """Init's body is not declared as JSON."""
 
 
 class IdempotencyConflict(RequestRejected):
@@ -148,3 +196,15 @@ class Overloaded(DispatchError):
     def __init__(self, message: str, retry_after: int) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class ServeError(RolloutError):
+    """The local server could not start."""
+
+
+class RegisterError(RolloutError):
+    """Registration could not be done; the message says what to fix."""
+
+
+class DatasetError(RolloutError):
+    """The dataset file cannot be read or a row is malformed (the message names file and line)."""

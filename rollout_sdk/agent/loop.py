@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rollout_sdk.agent.tools import get_message_content, parse_tool_calls
-from rollout_sdk.errors import OsmosisRolloutError
+from rollout_sdk.errors import RolloutCancelled
 from rollout_sdk.protocol import (
     CompletionsResponse,
     Message,
@@ -25,10 +25,6 @@ from rollout_sdk.protocol import (
 
 if TYPE_CHECKING:
     from rollout_sdk.engine.client import TrainGateClient
-
-
-class RolloutCancelled(OsmosisRolloutError):
-    """Raised inside ``ctx.chat`` when the rollout was cancelled; the worker reports it."""
 
 
 @dataclass

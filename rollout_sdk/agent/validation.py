@@ -150,6 +150,13 @@ def check_tool(
     return None
 
 
+def tool_errors(index: int, tool: Any) -> list[ValidationError]:
+    """The errors :func:`check_tool` finds in ``tools[index]`` (its warnings left out)."""
+    errors: list[ValidationError] = []
+    check_tool(index, tool, errors, [])
+    return errors
+
+
 def validate_agent_loop(
     agent_loop: Any, *, request: RolloutRequest | None = None
 ) -> ValidationResult:

@@ -1,4 +1,4 @@
-"""Init, as the app and the Lambda handler both run it: tools, claim, hand-off, 202 body."""
+"""Init, as the app and the Lambda handler both run it: input rules, claim, hand-off, 202 body."""
 
 from __future__ import annotations
 
@@ -7,18 +7,15 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rollout_sdk.agent.validation import check_tool
 from rollout_sdk.engine.record import RecordState, RolloutRecord, differing_fields
+from rollout_sdk.engine.rules import AgentTools, check_metadata_size, check_server_url
 from rollout_sdk.errors import (
-    AgentToolsError,
     DispatchError,
     IdempotencyConflict,
-    PayloadTooLarge,
     RolloutAlreadyFinished,
     RolloutNotFound,
 )
-from rollout_sdk.http.admission import check_server_url
-from rollout_sdk.protocol import InitResponse, OpenAIFunctionToolSchema, RolloutRequest
+from rollout_sdk.protocol import InitResponse, RolloutRequest
 
 if TYPE_CHECKING:
     from rollout_sdk.agent.loop import RolloutAgentLoop
@@ -47,6 +44,7 @@ class RolloutService:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.agent_loop = agent_loop
+        self.tools = AgentTools(agent_loop)
         self.store = store
         self.dispatcher = dispatcher
         self.settings = settings
@@ -56,47 +54,17 @@ class RolloutService:
         self.seal_at_init = seal_at_init
         self.clock = clock
 
-    def tools_for(self, request: RolloutRequest) -> list[OpenAIFunctionToolSchema]:
-        """The agent's tools for ``request``; AgentToolsError when it fails or returns bad tools."""
-        try:
-            raw = self.agent_loop.get_tools(request)
-        except Exception as exc:
-            raise AgentToolsError(
-                f"{type(self.agent_loop).__name__}.get_tools raised {type(exc).__name__}: {exc}"
-            ) from exc
-        if not isinstance(raw, list):
-            raise AgentToolsError(f"get_tools returned {type(raw).__name__}, expected a list")
-        tools = []
-        for index, tool in enumerate(raw):
-            problems: list[Any] = []
-            check_tool(index, tool, problems, [])
-            if problems:
-                raise AgentToolsError("; ".join(str(p) for p in problems))
-            try:
-                tools.append(OpenAIFunctionToolSchema.model_validate(tool))
-            except ValueError as exc:
-                raise AgentToolsError(f"tools[{index}] is not a valid tool: {exc}") from exc
-        return tools
-
-    def check_size(self, request: RolloutRequest) -> None:
-        """PayloadTooLarge when the metadata is over the configured limit."""
-        limit = self.settings.max_metadata_size_bytes
-        size = request.metadata_size()
-        if size > limit:
-            raise PayloadTooLarge(
-                f"metadata is {size} bytes as UTF-8 JSON; the limit is {limit} bytes "
-                "(raise it with OSMOSIS_ROLLOUT_MAX_METADATA_SIZE_BYTES)"
-            )
-
     async def init(self, request: RolloutRequest) -> InitResponse:
         """Accept ``request`` once; a duplicate gets the stored body and starts nothing.
 
         Raises PayloadTooLarge, ServerUrlRefused, AgentToolsError, IdempotencyConflict,
         DispatchError, StoreError.
         """
-        self.check_size(request)
+        # The input rules, in order, before anything is stored: metadata size, server_url, tools.
+        check_metadata_size(request, self.settings.max_metadata_size_bytes)
         check_server_url(request.server_url, self.settings.kit)
-        init_response = InitResponse(rollout_id=request.rollout_id, tools=self.tools_for(request))
+        tools = self.tools.for_request(request)
+        init_response = InitResponse(rollout_id=request.rollout_id, tools=tools)
         now = self.clock()
         record = RolloutRecord.new(
             request,

@@ -31,13 +31,12 @@ from typing import TYPE_CHECKING
 
 from rollout_sdk.agent.loop import (
     RolloutAgentLoop,
-    RolloutCancelled,
     RolloutContext,
     RolloutLLMClient,
     RolloutResult,
 )
 from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
-from rollout_sdk.errors import StoreError
+from rollout_sdk.errors import RolloutCancelled, StoreError
 from rollout_sdk.protocol import RolloutMetrics, RolloutResponse, RolloutStatus
 
 if TYPE_CHECKING:

@@ -1,29 +1,23 @@
-"""What init admits before any work is done: body size, content type, and where ``server_url`` goes.
+"""What a rollout POST must be before the app reads it: a body within the size limit, and JSON.
 
-- :class:`AdmissionMiddleware` (pure ASGI, like :mod:`rollout_sdk.http.auth`) answers 413 for a body
-  over ``ROLLOUT_SDK_MAX_BODY_BYTES`` and 415 for an init that is not JSON, before the app parses
-  anything. It sits inside the server-key middleware, so an unauthenticated caller gets 401
-  whatever it sends.
-- :func:`check_server_url` refuses a ``server_url`` outside the host allowlist or at a link-local
-  address (where cloud metadata services live); the service calls it before any other work, and
-  the app maps its :class:`~rollout_sdk.errors.ServerUrlRefused` to 422.
+:class:`AdmissionMiddleware` (pure ASGI, like :mod:`rollout_sdk.http.auth`) answers 413 for a body
+over ``ROLLOUT_SDK_MAX_BODY_BYTES`` and 415 for an init that is not JSON, before the app parses
+anything. It sits inside the server-key middleware, so an unauthenticated caller gets 401
+whatever it sends. What the body says (metadata size, ``server_url``) is the engine's to check:
+:mod:`rollout_sdk.engine.rules`.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import socket
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlsplit
 
-from rollout_sdk.errors import PayloadTooLarge, ServerUrlRefused
-from rollout_sdk.http.auth import request_paths, send_json
+from rollout_sdk.errors import PayloadTooLarge, RequestRejected, UnsupportedMediaType
+from rollout_sdk.http.auth import request_paths
+from rollout_sdk.http.problems import send_problem
 from rollout_sdk.settings import KIT_PREFIX
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-    from rollout_sdk.settings import KitSettings
 
 #: POSTs under this prefix carry bodies the limit applies to.
 ROLLOUT_PREFIX = "/v1/rollout/"
@@ -31,8 +25,6 @@ ROLLOUT_PREFIX = "/v1/rollout/"
 INIT_PATH = "/v1/rollout/init"
 
 MAX_BODY_VARIABLE = KIT_PREFIX + "MAX_BODY_BYTES"
-ALLOWED_HOSTS_VARIABLE = KIT_PREFIX + "ALLOWED_SERVER_HOSTS"
-ALLOW_LINK_LOCAL_VARIABLE = KIT_PREFIX + "ALLOW_LINK_LOCAL"
 
 _SHOWN_CONTENT_TYPE = 100  # characters of a refused Content-Type echoed back
 
@@ -78,9 +70,12 @@ def _declared_length(scope: Scope) -> int | None:
 class AdmissionMiddleware:
     """413 for a ``POST /v1/rollout/*`` body over ``max_body_bytes``; 415 for a non-JSON init.
 
-    A Content-Length over the limit is refused before the body is read. A body without one
-    (chunked) is counted as it streams; once it passes the limit the app's answer, if any, is
-    dropped and 413 goes out instead, so nothing that read a truncated body gets to reply.
+    A Content-Length over the limit is refused before the body is read. Otherwise the body is
+    read here, up to the limit, before the app runs: past the limit the answer is 413 and the app
+    never runs (so nothing answers a body it did not get whole); within it the app reads the
+    same messages, replayed. Holding the body here costs no memory the app would not spend: the
+    init route reads the whole body into memory to parse it anyway (cancel reads none, and its
+    body is held to the same limit).
     Add it before :class:`~rollout_sdk.http.auth.ServerKeyMiddleware` so it runs inside the key check.
     """
 
@@ -88,9 +83,9 @@ class AdmissionMiddleware:
         self.app = app
         self.max_body_bytes = max_body_bytes
 
-    def _too_large(self, declared: int | None = None) -> str:
+    def _too_large(self, declared: int | None = None) -> PayloadTooLarge:
         size = f"is {declared} bytes" if declared is not None else "is larger than that"
-        return (
+        return PayloadTooLarge(
             f"the request body {size}; the limit is {self.max_body_bytes} bytes "
             f"(raise it with {MAX_BODY_VARIABLE})"
         )
@@ -103,7 +98,26 @@ class AdmissionMiddleware:
         if not any(p.startswith(ROLLOUT_PREFIX) for p in paths):
             await self.app(scope, receive, send)
             return
-        if INIT_PATH in paths:
+        refusal = self._refusal_by_headers(scope, init=INIT_PATH in paths)
+        if refusal is not None:
+            await send_problem(scope, receive, send, refusal)
+            return
+        messages = await self._read_within_limit(receive)
+        if messages is None:
+            await send_problem(scope, receive, send, self._too_large())
+            return
+        replay = iter(messages)
+
+        async def replaying_receive() -> Message:
+            # The body as it came, then whatever the client sends next (its disconnect).
+            message = next(replay, None)
+            return message if message is not None else await receive()
+
+        await self.app(scope, replaying_receive, send)
+
+    def _refusal_by_headers(self, scope: Scope, *, init: bool) -> RequestRejected | None:
+        """415 for an init that is not JSON, then 413 for a declared length over the limit."""
+        if init:
             content_type = _header(scope, b"content-type")
             if not is_json_content_type(content_type):
                 got = (
@@ -111,125 +125,25 @@ class AdmissionMiddleware:
                     if content_type is not None
                     else "no Content-Type was sent"
                 )
-                await send_json(
-                    send,
-                    415,
-                    f"init takes a JSON body: send 'Content-Type: application/json' ({got})",
+                return UnsupportedMediaType(
+                    f"init takes a JSON body: send 'Content-Type: application/json' ({got})"
                 )
-                return
         declared = _declared_length(scope)
         if declared is not None and declared > self.max_body_bytes:
-            await send_json(send, 413, self._too_large(declared))
-            return
-        await self._counted(scope, receive, send)
+            return self._too_large(declared)
+        return None
 
-    async def _counted(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _read_within_limit(self, receive: Receive) -> list[Message] | None:
+        """The body's messages up to its last (or a disconnect); None once it passes the limit."""
+        messages: list[Message] = []
         received = 0
-        exceeded = False
-        started = False
-
-        async def counting_receive() -> Message:
-            nonlocal received, exceeded
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_body_bytes:
-                    exceeded = True
-                    raise PayloadTooLarge(self._too_large())
-            return message
-
-        async def guarded_send(message: Message) -> None:
-            nonlocal started
-            if exceeded and not started:
-                return  # the app answered a body it never got whole: the 413 below replaces it
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, counting_receive, guarded_send)
-        except Exception:
-            if not exceeded or started:
-                raise
-        if exceeded and not started:
-            await send_json(send, 413, self._too_large())
-
-
-# --------------------------------------------------------------------------- server_url
-
-#: AWS's instance metadata service on IPv6 (Nitro); not link-local, but the same service.
-_METADATA_ADDRESSES = frozenset({ipaddress.ip_address("fd00:ec2::254")})
-#: The well-known NAT64 prefix: an address in it reaches the IPv4 address in its last 32 bits.
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
-
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-
-def _normal_host(host: str) -> str:
-    """A host as compared: lower case, percent-decoded, no brackets or trailing dot, and an IP
-    address in its canonical form."""
-    host = unquote(host).strip().lower().removeprefix("[").removesuffix("]").rstrip(".")
-    address = _literal_address(host)
-    return str(address) if address is not None else host
-
-
-def _literal_address(host: str) -> IPAddress | None:
-    """The IP address ``host`` spells, in any form a resolver takes literally, or None.
-
-    Besides dotted quads this covers the forms ``inet_aton`` accepts (``2852039166``,
-    ``0xa9fea9fe``, ``0251.0376.0251.0376``, ``169.254.43518``), which name the same address to
-    the resolver the HTTP client uses.
-    """
-    try:
-        return ipaddress.ip_address(host)
-    except ValueError:
-        pass
-    if host and all(c in "0123456789abcdefx." for c in host):
-        try:
-            return ipaddress.IPv4Address(socket.inet_aton(host))
-        except OSError:
-            return None
-    return None
-
-
-def _is_link_local(address: IPAddress) -> bool:
-    if isinstance(address, ipaddress.IPv6Address):
-        if address in _METADATA_ADDRESSES:
-            return True
-        embedded = address.ipv4_mapped
-        if embedded is None and address in _NAT64:
-            embedded = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-        if embedded is not None:
-            return embedded.is_link_local
-    return address.is_link_local
-
-
-def check_server_url(server_url: str, kit: KitSettings) -> None:
-    """Refuse a ``server_url`` this deployment may not call.
-
-    With a non-empty allowlist (``ROLLOUT_SDK_ALLOWED_SERVER_HOSTS``) the host must be on it
-    (IP addresses compare in canonical form). Unless ``ROLLOUT_SDK_ALLOW_LINK_LOCAL`` is set,
-    a link-local address (169.254.0.0/16, fe80::/10, and those written as IPv4-mapped or NAT64
-    IPv6, or in the numeric forms a resolver accepts) and AWS's IPv6 metadata address
-    (fd00:ec2::254) are refused.
-
-    Hostnames are not resolved: a DNS name that points at a link-local address passes the
-    link-local check, and only the allowlist stops it. (Resolving here would not help: the
-    name may resolve differently when the worker connects.)
-
-    Raises ServerUrlRefused naming the setting that would allow the URL.
-    """
-    raw_host = urlsplit(server_url).hostname or ""
-    host = _normal_host(raw_host)
-    allowed = {_normal_host(h) for h in kit.allowed_hosts()}
-    if allowed and host not in allowed:
-        raise ServerUrlRefused(
-            f"server_url host {raw_host[:256]!r} is not in the allowed hosts "
-            f"({ALLOWED_HOSTS_VARIABLE})"
-        )
-    address = _literal_address(host)
-    if address is not None and not kit.allow_link_local and _is_link_local(address):
-        raise ServerUrlRefused(
-            f"server_url host {raw_host[:256]!r} is a link-local or cloud-metadata address "
-            f"({address}); refused unless {ALLOW_LINK_LOCAL_VARIABLE}=true"
-        )
+            messages.append(message)
+            if message["type"] != "http.request":
+                return messages  # http.disconnect: the app learns of it as it would have
+            received += len(message.get("body", b""))
+            if received > self.max_body_bytes:
+                return None
+            if not message.get("more_body", False):
+                return messages

@@ -1,4 +1,6 @@
-"""The FastAPI app: init, health, platform health. Errors become HTTP status codes here, only here.
+"""The FastAPI app: init, status, cancel, health, platform health.
+
+Errors become HTTP answers through one table, :mod:`rollout_sdk.http.problems`.
 
 ``create_app(agent_loop)`` keeps the v1 SDK's signature: with no other argument it runs rollouts in
 its own process on an in-memory store, so ``uvicorn server:app`` keeps working for ported agents.
@@ -17,9 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 
 from rollout_sdk.agent.loop import RolloutAgentLoop
 from rollout_sdk.agent.validation import validate_agent_loop
@@ -30,20 +30,10 @@ from rollout_sdk.engine.recovery import Recovery
 from rollout_sdk.engine.service import RolloutService, record_status
 from rollout_sdk.engine.vault import KeyVault, LocalVault
 from rollout_sdk.engine.worker import RolloutWorker
-from rollout_sdk.errors import (
-    AgentToolsError,
-    ConfigurationError,
-    DispatchError,
-    IdempotencyConflict,
-    Overloaded,
-    PayloadTooLarge,
-    RolloutAlreadyFinished,
-    RolloutNotFound,
-    ServerUrlRefused,
-    StoreError,
-)
+from rollout_sdk.errors import ConfigurationError
 from rollout_sdk.http.admission import AdmissionMiddleware
 from rollout_sdk.http.auth import KeyProvider, ServerKeyMiddleware
+from rollout_sdk.http.problems import install_problem_handlers
 from rollout_sdk.protocol import InitResponse, RolloutRequest
 from rollout_sdk.settings import RolloutSettings, get_settings
 from rollout_sdk.store.base import Store
@@ -72,91 +62,6 @@ async def _call(hook: Hook | None) -> None:
     result = hook()
     if inspect.isawaitable(result):
         await result
-
-
-def _error(status: int, detail: str, **extra: Any) -> JSONResponse:
-    headers = {"Retry-After": "1"} if status in (429, 503) else None
-    return JSONResponse({"detail": detail, **extra}, status_code=status, headers=headers)
-
-
-def _printable(text: str) -> str:
-    # An unpaired surrogate cannot be encoded as UTF-8; the answer must still go out.
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-_JSON_KINDS = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
-
-
-def validation_detail(error: dict[str, Any]) -> dict[str, Any]:
-    """One entry of a 422 body: FastAPI's ``type``, ``loc`` and ``msg``, never the ``input``.
-
-    The input is left out: it can hold the callback key, or text that cannot be encoded.
-    """
-    kind = str(error.get("type", "value_error"))
-    loc = [_printable(p) if isinstance(p, str) else p for p in error.get("loc", ())]
-    msg = _printable(str(error.get("msg", "invalid")))
-    if kind == "json_invalid":
-        reason = _printable(str((error.get("ctx") or {}).get("error", "")))
-        where = f" at character {loc[1]}" if len(loc) > 1 else ""
-        msg = f"the body is not valid JSON: {reason}{where}"
-    elif loc == ["body"] and kind == "missing":
-        msg = "the body is empty: send the RolloutRequest as a JSON object"
-    elif loc == ["body"] and kind == "model_attributes_type":
-        given = error.get("input")
-        what = "null" if given is None else _JSON_KINDS.get(type(given), "a number")
-        msg = f"the body must be a JSON object (a RolloutRequest), not {what}"
-    return {"type": kind, "loc": loc, "msg": msg}
-
-
-def install_error_handlers(app: FastAPI) -> None:
-    """The one place where the kit's errors become HTTP answers."""
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse(
-            {"detail": [validation_detail(dict(e)) for e in exc.errors()]}, status_code=422
-        )
-
-    @app.exception_handler(ServerUrlRefused)
-    async def _server_url(_: Request, exc: ServerUrlRefused) -> JSONResponse:
-        detail = [{"type": "value_error", "loc": ["body", exc.field], "msg": str(exc)}]
-        return JSONResponse({"detail": detail}, status_code=422)
-
-    @app.exception_handler(IdempotencyConflict)
-    async def _conflict(_: Request, exc: IdempotencyConflict) -> JSONResponse:
-        return _error(409, str(exc), fields=exc.fields)
-
-    @app.exception_handler(PayloadTooLarge)
-    async def _too_large(_: Request, exc: PayloadTooLarge) -> JSONResponse:
-        return _error(413, str(exc))
-
-    @app.exception_handler(AgentToolsError)
-    async def _tools(_: Request, exc: AgentToolsError) -> JSONResponse:
-        return _error(500, f"the agent loop could not provide its tools: {exc}")
-
-    @app.exception_handler(Overloaded)
-    async def _overloaded(_: Request, exc: Overloaded) -> JSONResponse:
-        return JSONResponse(
-            {"detail": f"too many rollouts: {exc}; retry the same init after {exc.retry_after} s"},
-            status_code=429,
-            headers={"Retry-After": str(exc.retry_after)},
-        )
-
-    @app.exception_handler(RolloutNotFound)
-    async def _not_found(_: Request, exc: RolloutNotFound) -> JSONResponse:
-        return _error(404, str(exc))
-
-    @app.exception_handler(RolloutAlreadyFinished)
-    async def _finished(_: Request, exc: RolloutAlreadyFinished) -> JSONResponse:
-        return _error(409, str(exc))
-
-    @app.exception_handler(DispatchError)
-    async def _dispatch(_: Request, exc: DispatchError) -> JSONResponse:
-        return _error(503, f"could not start the rollout: {exc}; retry the same init")
-
-    @app.exception_handler(StoreError)
-    async def _store(_: Request, exc: StoreError) -> JSONResponse:
-        return _error(503, f"the record store failed: {exc}; retry the same init")
 
 
 def create_app(
@@ -281,7 +186,7 @@ def create_app(
         openapi_url="/openapi.json" if docs else None,
     )
     app.state.runtime = runtime
-    install_error_handlers(app)
+    install_problem_handlers(app)
     keys = [k for k in (api_key, *api_keys) if k]
 
     @app.post("/v1/rollout/init", status_code=202, response_model=InitResponse)

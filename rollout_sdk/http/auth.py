@@ -8,11 +8,19 @@ and leaves the OpenAPI schema intact.
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 from collections.abc import Callable, Iterable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from rollout_sdk.errors import (
+    EndpointDisabled,
+    RolloutError,
+    ServerKeyMissing,
+    ServerKeyUnavailable,
+    Unauthorized,
+)
+from rollout_sdk.http.problems import send_problem
 
 #: Paths that need the server key when one is configured.
 PROTECTED_PREFIXES = ("/v1/rollout", "/platform/")
@@ -99,56 +107,27 @@ class ServerKeyMiddleware:
         if path is None:
             await self.app(scope, receive, send)
             return
+        refusal = self.refusal(scope, path)
+        if refusal is not None:
+            await send_problem(scope, receive, send, refusal)
+            return
+        await self.app(scope, receive, send)
+
+    def refusal(self, scope: Scope, path: str) -> RolloutError | None:
+        """Why a request for the protected ``path`` is refused, or None when it may pass."""
         try:
             keys = self.current_keys()
         except Exception:
             # The key source (Secrets Manager) failed: refuse, never fail open, and say it may pass.
             logger.exception("server keys could not be read")
-            await send_json(
-                send,
-                503,
-                "the server key could not be read; retry shortly",
-                [(b"retry-after", b"5")],
-            )
-            return
+            return ServerKeyUnavailable()
         if not keys and self._provider is not None:
-            # A key source is configured but holds no key: fail closed.
-            await send_json(send, 503, "no server key is configured in the key source; refusing")
-            return
+            return ServerKeyMissing()  # a key source is configured but holds no key: fail closed
         if not keys:
             if path.startswith("/platform/"):
-                await send_json(
-                    send, 404, "no server key is configured, so /platform/health is off"
-                )
-                return
-            await self.app(scope, receive, send)
-            return
+                return EndpointDisabled("no server key is configured, so /platform/health is off")
+            return None
         raw = next((v for k, v in scope["headers"] if k == b"authorization"), None)
         if not self.accepts(parse_authorization(raw), keys):
-            await send_json(
-                send,
-                401,
-                "Invalid or missing API key: send 'Authorization: Bearer <server key>'",
-                [(b"www-authenticate", b"Bearer")],
-            )
-            return
-        await self.app(scope, receive, send)
-
-
-async def send_json(
-    send: Send, status: int, detail: str, headers: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    """Answer ``{"detail": detail}`` with ``status``, from a middleware, without the app."""
-    body = json.dumps({"detail": detail}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                *(headers or []),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+            return Unauthorized()
+        return None

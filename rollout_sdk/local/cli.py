@@ -179,7 +179,8 @@ def _with_standin(event: Any) -> tuple[Any, Any]:
 
 
 def _cmd_register(args: argparse.Namespace) -> int:
-    from rollout_sdk.local.register import RegisterError, register
+    from rollout_sdk.errors import RegisterError
+    from rollout_sdk.local.register import register
 
     try:
         result = register(

@@ -20,16 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from rollout_sdk.errors import DatasetError
+
 if TYPE_CHECKING:
     import argparse
 
     from rollout_sdk.testing.standin import TrainGateStandIn
 
 POLL_SECONDS = 0.05
-
-
-class DatasetError(Exception):
-    """The dataset file cannot be read or a row is malformed (the message names file and line)."""
 
 
 @dataclass(frozen=True)

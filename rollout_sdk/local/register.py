@@ -18,13 +18,11 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from rollout_sdk.errors import RegisterError
+
 DEFAULT_PLATFORM_URL = "https://platform.osmosis.ai"
 REGISTER_PATH = "/api/cli/rollout-server/register"
 PLATFORM_TIMEOUT_SECONDS = 15.0
-
-
-class RegisterError(Exception):
-    """Registration could not be done; the message says what to fix."""
 
 
 def mask(secret: str | None) -> str:

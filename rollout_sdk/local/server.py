@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
-from rollout_sdk.errors import RolloutError
+from rollout_sdk.errors import ServeError
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -24,10 +24,6 @@ LOCK_FILE = "server.lock"
 KEY_FILE = "callback-keys.key"
 
 StoreKind = Literal["sqlite", "memory", "dynamodb"]
-
-
-class ServeError(RolloutError):
-    """The local server could not start."""
 
 
 def open_store(kind: StoreKind, state_dir: str | Path = DEFAULT_STATE_DIR) -> Store:

@@ -9,7 +9,8 @@ import pytest
 from fastapi import FastAPI, Request
 
 from examples.calculator.agent import agent_loop
-from rollout_sdk.local.register import RegisterError, mask, parse_target, register
+from rollout_sdk.errors import RegisterError
+from rollout_sdk.local.register import mask, parse_target, register
 from rollout_sdk.local.server import build_local_app
 from rollout_sdk.testing.threads import ServerThread
 

@@ -14,10 +14,11 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
-from starlette.types import Message, Scope
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from rollout_sdk.engine.rules import check_server_url
 from rollout_sdk.errors import ServerUrlRefused
-from rollout_sdk.http.admission import check_server_url, is_json_content_type
+from rollout_sdk.http.admission import AdmissionMiddleware, is_json_content_type
 from rollout_sdk.http.app import create_app
 from rollout_sdk.protocol import MAX_JSON_NESTING
 from rollout_sdk.settings import KitSettings, RolloutSettings, load_settings
@@ -564,3 +565,53 @@ async def test_link_local_is_accepted_when_the_setting_allows_it(
     async for s in serve():
         answer = await s.post(encoded(server_url="http://169.254.10.10:8080"))
         assert answer.status_code == 202
+
+
+class RecordingApp:
+    """An ASGI app that records each body chunk as it reads it, then answers 200."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(self.chunks)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            self.chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+
+async def post_chunked(app: ASGIApp, chunks: Chunks, path: str = INIT) -> httpx.Response:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://rollout.test") as http:
+        return await http.post(path, content=chunks.stream(), headers=JSON)
+
+
+async def test_a_streamed_body_over_the_limit_never_reaches_the_app() -> None:
+    inner = RecordingApp()
+    chunks = Chunks(b"x" * (3 * LIMIT), 4096)
+    answer = await post_chunked(AdmissionMiddleware(inner, max_body_bytes=LIMIT), chunks)
+    assert answer.status_code == 413
+    assert answer.json() == {
+        "detail": f"the request body is larger than that; the limit is {LIMIT} bytes "
+        "(raise it with ROLLOUT_SDK_MAX_BODY_BYTES)"
+    }
+    assert inner.chunks == []  # not even part of the body
+    assert chunks.yielded == LIMIT // 4096 + 1
+
+
+@pytest.mark.parametrize("path", [INIT, "/v1/rollout/r1/cancel"])
+async def test_a_streamed_body_within_the_limit_reaches_the_app_whole(path: str) -> None:
+    inner = RecordingApp()
+    data = bytes(range(256)) * (LIMIT // 256)
+    answer = await post_chunked(
+        AdmissionMiddleware(inner, max_body_bytes=LIMIT), Chunks(data, 1000), path
+    )
+    assert answer.status_code == 200
+    assert inner.body == data

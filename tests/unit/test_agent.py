@@ -13,14 +13,13 @@ import pytest
 from rollout_sdk.agent.loop import (
     CompletionsResult,
     RolloutAgentLoop,
-    RolloutCancelled,
     RolloutContext,
     RolloutLLMClient,
     RolloutResult,
     debug_trace_path,
 )
 from rollout_sdk.engine.client import CHAT_PATH, TrainGateClient
-from rollout_sdk.errors import OsmosisRolloutError, OsmosisValidationError
+from rollout_sdk.errors import OsmosisRolloutError, OsmosisValidationError, RolloutCancelled
 from rollout_sdk.protocol import (
     OpenAIFunctionToolSchema,
     RolloutMetrics,

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from examples.calculator.agent import agent_loop
-from rollout_sdk.local.server import LOCK_FILE, ServeError, StateLock, build_local_app
+from rollout_sdk.errors import ServeError
+from rollout_sdk.local.server import LOCK_FILE, StateLock, build_local_app
 
 
 async def test_a_second_server_on_the_same_folder_is_refused_naming_the_holder(

@@ -1,0 +1,191 @@
+"""Init's input rules, in the order init applies them: metadata size, ``server_url``, the agent's tools.
+
+Each refuses with the :class:`~rollout_sdk.errors.RequestRejected` subclass the HTTP table
+(:mod:`rollout_sdk.http.problems`) answers: PayloadTooLarge (413), ServerUrlRefused (422),
+AgentToolsError (500). They run before any record is written, so a refused init stores nothing.
+The body's size and type are the HTTP layer's (:mod:`rollout_sdk.http.admission`): they are
+checked before the body is parsed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
+
+from rollout_sdk.agent.validation import tool_errors
+from rollout_sdk.errors import AgentToolsError, PayloadTooLarge, ServerUrlRefused
+from rollout_sdk.protocol import OpenAIFunctionToolSchema
+from rollout_sdk.settings import KIT_PREFIX
+
+if TYPE_CHECKING:
+    from rollout_sdk.agent.loop import RolloutAgentLoop
+    from rollout_sdk.protocol import RolloutRequest
+    from rollout_sdk.settings import KitSettings
+
+MAX_METADATA_VARIABLE = "OSMOSIS_ROLLOUT_MAX_METADATA_SIZE_BYTES"
+ALLOWED_HOSTS_VARIABLE = KIT_PREFIX + "ALLOWED_SERVER_HOSTS"
+ALLOW_LINK_LOCAL_VARIABLE = KIT_PREFIX + "ALLOW_LINK_LOCAL"
+
+
+# --------------------------------------------------------------------------- metadata
+
+
+def check_metadata_size(request: RolloutRequest, limit: int) -> None:
+    """Refuse metadata over ``limit`` bytes as UTF-8 JSON. Raises PayloadTooLarge."""
+    size = request.metadata_size()
+    if size > limit:
+        raise PayloadTooLarge(
+            f"metadata is {size} bytes as UTF-8 JSON; the limit is {limit} bytes "
+            f"(raise it with {MAX_METADATA_VARIABLE})"
+        )
+
+
+# --------------------------------------------------------------------------- server_url
+
+#: AWS's instance metadata service on IPv6 (Nitro); not link-local, but the same service.
+_METADATA_ADDRESSES = frozenset({ipaddress.ip_address("fd00:ec2::254")})
+#: The well-known NAT64 prefix: an address in it reaches the IPv4 address in its last 32 bits.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _normal_host(host: str) -> str:
+    """A host as compared: lower case, percent-decoded, no brackets or trailing dot, and an IP
+    address in its canonical form."""
+    host = unquote(host).strip().lower().removeprefix("[").removesuffix("]").rstrip(".")
+    address = _literal_address(host)
+    return str(address) if address is not None else host
+
+
+def _literal_address(host: str) -> IPAddress | None:
+    """The IP address ``host`` spells, in any form a resolver takes literally, or None.
+
+    Besides dotted quads this covers the forms ``inet_aton`` accepts (``2852039166``,
+    ``0xa9fea9fe``, ``0251.0376.0251.0376``, ``169.254.43518``), which name the same address to
+    the resolver the HTTP client uses.
+    """
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    if host and all(c in "0123456789abcdefx." for c in host):
+        try:
+            return ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return None
+    return None
+
+
+def _is_link_local(address: IPAddress) -> bool:
+    if isinstance(address, ipaddress.IPv6Address):
+        if address in _METADATA_ADDRESSES:
+            return True
+        embedded = address.ipv4_mapped
+        if embedded is None and address in _NAT64:
+            embedded = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+        if embedded is not None:
+            return embedded.is_link_local
+    return address.is_link_local
+
+
+def check_server_url(server_url: str, kit: KitSettings) -> None:
+    """Refuse a ``server_url`` this deployment may not call.
+
+    With a non-empty allowlist (``ROLLOUT_SDK_ALLOWED_SERVER_HOSTS``) the host must be on it
+    (IP addresses compare in canonical form). Unless ``ROLLOUT_SDK_ALLOW_LINK_LOCAL`` is set,
+    a link-local address (169.254.0.0/16, fe80::/10, and those written as IPv4-mapped or NAT64
+    IPv6, or in the numeric forms a resolver accepts) and AWS's IPv6 metadata address
+    (fd00:ec2::254) are refused.
+
+    Hostnames are not resolved: a DNS name that points at a link-local address passes the
+    link-local check, and only the allowlist stops it. (Resolving here would not help: the
+    name may resolve differently when the worker connects.)
+
+    Raises ServerUrlRefused naming the setting that would allow the URL.
+    """
+    raw_host = urlsplit(server_url).hostname or ""
+    host = _normal_host(raw_host)
+    allowed = {_normal_host(h) for h in kit.allowed_hosts()}
+    if allowed and host not in allowed:
+        raise ServerUrlRefused(
+            f"server_url host {raw_host[:256]!r} is not in the allowed hosts "
+            f"({ALLOWED_HOSTS_VARIABLE})"
+        )
+    address = _literal_address(host)
+    if address is not None and not kit.allow_link_local and _is_link_local(address):
+        raise ServerUrlRefused(
+            f"server_url host {raw_host[:256]!r} is a link-local or cloud-metadata address "
+            f"({address}); refused unless {ALLOW_LINK_LOCAL_VARIABLE}=true"
+        )
+
+
+# --------------------------------------------------------------------------- tools
+
+
+class AgentTools:
+    """The agent's tools for a request, each distinct list validated once.
+
+    ``get_tools`` runs on every init (the tools may depend on the request); what it returns is
+    checked with :func:`~rollout_sdk.agent.validation.tool_errors` (the per-tool rules
+    ``rollout-sdk validate`` uses) and the protocol model only the first time that list is seen.
+
+    The cache is keyed by the list's ``repr``, not by the identity of the objects returned.
+    Identity would miss every time for the common ``return [{...}, ...]`` (a fresh list per
+    call), and worse, would hit for a list the agent mutated in place since. The ``repr`` of the
+    values tools are made of (dicts, lists, strings, numbers, the protocol models) is exact:
+    ``1``, ``1.0``, ``"1"`` and ``True`` differ, as they do to validation, where a JSON dump would
+    merge some of them. It is one call per init, in C for dicts and lists, against a Python walk
+    of every tool plus a model validation. A value whose ``repr`` fails is validated uncached.
+    Only valid lists are stored, so an invalid one is refused (500) on every request; the
+    validated models are copies, so the agent mutating its own objects cannot change a stored
+    entry. ``max_lists`` bounds the cache (least recently used go first), for agents whose tools
+    vary per request.
+    """
+
+    def __init__(self, agent_loop: RolloutAgentLoop, *, max_lists: int = 64) -> None:
+        self.agent_loop = agent_loop
+        self.max_lists = max_lists
+        self._valid: OrderedDict[str, list[OpenAIFunctionToolSchema]] = OrderedDict()
+
+    def for_request(self, request: RolloutRequest) -> list[OpenAIFunctionToolSchema]:
+        """The validated tools ``get_tools(request)`` returns. Raises AgentToolsError."""
+        try:
+            raw = self.agent_loop.get_tools(request)
+        except Exception as exc:
+            raise AgentToolsError(
+                f"{type(self.agent_loop).__name__}.get_tools raised {type(exc).__name__}: {exc}"
+            ) from exc
+        if not isinstance(raw, list):
+            raise AgentToolsError(f"get_tools returned {type(raw).__name__}, expected a list")
+        try:
+            key: str | None = repr(raw)
+        except Exception:
+            key = None
+        if key is not None and key in self._valid:
+            self._valid.move_to_end(key)
+            return list(self._valid[key])
+        tools = validated(raw)
+        if key is not None:
+            self._valid[key] = [tool.model_copy(deep=True) for tool in tools]
+            if len(self._valid) > self.max_lists:
+                self._valid.popitem(last=False)
+        return tools
+
+
+def validated(raw: Sequence[object]) -> list[OpenAIFunctionToolSchema]:
+    """``raw`` as protocol tools; AgentToolsError naming the first tool that is not one."""
+    tools = []
+    for index, tool in enumerate(raw):
+        problems = tool_errors(index, tool)
+        if problems:
+            raise AgentToolsError("; ".join(str(p) for p in problems))
+        try:
+            tools.append(OpenAIFunctionToolSchema.model_validate(tool))
+        except ValueError as exc:
+            raise AgentToolsError(f"tools[{index}] is not a valid tool: {exc}") from exc
+    return tools
