@@ -47,11 +47,13 @@ print(json.dumps({"seconds": seconds, "modules": sorted(sys.modules)}))
 @dataclass(frozen=True)
 class ImportProbe:
     """One fresh interpreter's answer: the seconds the statement took and the modules loaded
-    by then (start-up's included), or the last line of its error output."""
+    by then (start-up's included), or the last line of its error output; ``stderr`` is all of
+    that output (``-X importtime`` writes there)."""
 
     seconds: float
     modules: frozenset[str]
     error: str | None = None
+    stderr: str = ""
 
     @property
     def ok(self) -> bool:
@@ -97,4 +99,4 @@ def probe_import(
         lines = done.stderr.strip().splitlines()
         return ImportProbe(0.0, frozenset(), lines[-1] if lines else f"exit {done.returncode}")
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    return ImportProbe(float(report["seconds"]), frozenset(report["modules"]))
+    return ImportProbe(float(report["seconds"]), frozenset(report["modules"]), stderr=done.stderr)
