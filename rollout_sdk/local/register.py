@@ -18,7 +18,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-DEFAULT_PLATFORM_URL = "https://platform.osmosis.ai"
+from rollout_sdk.settings import DEFAULT_PLATFORM_URL
+
 REGISTER_PATH = "/api/cli/rollout-server/register"
 PLATFORM_TIMEOUT_SECONDS = 15.0
 
