@@ -247,11 +247,11 @@ def main() -> int:
         print(f"  FAIL {note}", file=sys.stderr)
     report["settings_modules_ms"] = settings_ms
     print(
-        "checked in every function: none of "
+        "checks, in every function: that it ships none of "
         + ", ".join(LOCAL_ONLY)
-        + " shipped; none of "
+        + ", and loads none of "
         + ", ".join(FORBIDDEN_MODULES)
-        + " loaded after import handler (and one event for "
+        + " after import handler (and after one event, for "
         + ", ".join(EVENTS)
         + ")"
     )
