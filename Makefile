@@ -67,9 +67,10 @@ clean:
 
 # ---------------------------------------------------------------- AWS (SAM)
 # SAM's makefile builder calls build-<LogicalId> with ARTIFACTS_DIR set. The artifact holds only
-# what runs: handler.py, rollout_sdk/, the agent's folders (AGENT_SOURCES) and the dependencies of
-# infra/requirements-lambda.txt plus the agent's own requirements.txt, built for the Lambda
-# runtime's Python and architecture (ARCH=x86_64 or arm64, matching the template's Architecture).
+# what runs: handler.py, rollout_sdk/ without local/ and testing/, the agent's folders
+# (AGENT_SOURCES) and the dependencies of infra/requirements-lambda.txt plus the agent's own
+# requirements.txt, built for the Lambda runtime's Python and architecture (ARCH=x86_64 or
+# arm64, matching the template's Architecture).
 AGENT_SOURCES ?= examples
 ARCH ?= x86_64
 LAMBDA_PYTHON ?= 3.13
@@ -83,6 +84,10 @@ define lambda_artifact
 	mkdir -p "$(ARTIFACTS_DIR)"
 	cp handler.py "$(ARTIFACTS_DIR)/"
 	cp -R rollout_sdk $(AGENT_SOURCES) "$(ARTIFACTS_DIR)/"
+	# Not the local tooling (CLI, local server, demo, emulator, invoke) nor the test helpers
+	# (stand-in, server threads): nothing on Lambda imports them (bench/package.py checks).
+	rm -rf "$(ARTIFACTS_DIR)/rollout_sdk/local" "$(ARTIFACTS_DIR)/rollout_sdk/testing" \
+		"$(ARTIFACTS_DIR)/rollout_sdk/__main__.py"
 	find "$(ARTIFACTS_DIR)" -name '__pycache__' -prune -exec rm -rf {} +
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check --no-compile \
 		--platform $(LAMBDA_PLATFORM) --implementation cp --python-version $(LAMBDA_PYTHON) \

@@ -17,7 +17,9 @@ Each figure is the median of ``--runs`` runs (every run is kept in the results):
 3. memory per rollout in flight (:mod:`bench.memory`);
 4. AWS requests per rollout on the happy path (:mod:`bench.aws` ``requests``);
 5. cold start of handler.api and handler.worker against a bare import (:mod:`bench.aws`
-   ``coldstart``), with a network guard on the imports.
+   ``coldstart``), with a network guard on the imports;
+6. the agent author's import time against ``from pydantic import BaseModel``, in fresh
+   processes, and the server modules it loads (:mod:`bench.imports`).
 
 Results go to ``bench/results/<UTC timestamp>.json`` and ``latest.json`` (machine, date,
 versions, every figure with its runs, the goals passed or missed), the chart to ``latest.png``,
@@ -45,6 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Figure, child_env, median, parse_result
+from bench.imports import GOAL_RATIO as IMPORT_GOAL_RATIO
+from bench.imports import run_imports
 from bench.memory import MemoryRun, run_memory
 from bench.overhead import OverheadRun, run_overhead
 from bench.throughput import BASELINE, ThroughputRun, run_baseline, run_kit
@@ -302,7 +306,16 @@ def run_all(args: argparse.Namespace, clock: Clock) -> dict[str, Any]:
         f"{cold_figure('worker_first_claim_ms').value:.0f} ms"
     )
 
-    # 6. dynamodb throughput, last: only the runs that fit the budget
+    # 6. the agent author's import, fresh processes
+    imports = run_imports(runs=max(5, 5 * args.runs))
+    figures["author_import"] = imports.to_json()
+    problems += [f"author import: {f}" for f in imports.failures]
+    clock.log(
+        f"author import: {median(imports.author_ms):.0f} ms, "
+        f"{figures['author_import']['ratio']['median']}x from pydantic import BaseModel"
+    )
+
+    # 7. dynamodb throughput, last: only the runs that fit the budget
     dynamodb: list[ThroughputRun] = []
     skipped = ""
     if args.skip_dynamodb:
@@ -402,15 +415,36 @@ def goals(figures: dict[str, Any]) -> list[Goal]:
                 check(ratio, lambda v: v <= COLD_START_GOAL),
             )
         )
-    network = figures.get("cold_start", {}).get("network_at_import")
+    ratio = value("author_import", "ratio", "median")
     out.append(
         Goal(
-            "nothing touches the network at import",
-            "0 attempts",
-            None if network is None else float(len(network)),
-            None if network is None else not network,
+            "author import / pydantic BaseModel",
+            f"<= {IMPORT_GOAL_RATIO:g}",
+            ratio,
+            check(ratio, lambda v: v <= IMPORT_GOAL_RATIO),
         )
     )
+    for name, target, found in (
+        (
+            "author import loads no server module",
+            "0 modules",
+            figures.get("author_import", {}).get("server_modules_loaded"),
+        ),
+        (
+            "nothing touches the network at import",
+            "0 attempts",
+            figures.get("cold_start", {}).get("network_at_import"),
+        ),
+    ):
+        # A list of what should not have happened: the goal is an empty one.
+        out.append(
+            Goal(
+                name,
+                target,
+                None if found is None else float(len(found)),
+                None if found is None else not found,
+            )
+        )
     return out
 
 
@@ -469,6 +503,7 @@ def summary(results: dict[str, Any]) -> str:
         f"{_fmt(cs['worker_first_claim_ms']['median'], 0)} ms "
         f"({_fmt(cs['worker_vs_bare']['median'], 2)}x); network at import: "
         f"{len(cs['network_at_import'])} attempts",
+        *_author_import_line(f.get("author_import")),
         "",
         "goals:",
     ]
@@ -481,6 +516,19 @@ def summary(results: dict[str, Any]) -> str:
         lines += ["", "measurement problems:", *(f"  - {p}" for p in results["problems"])]
     lines.append(f"\n{results['elapsed_seconds']:.0f} s; results in {results['files']['json']}")
     return "\n".join(lines)
+
+
+def _author_import_line(figure: dict[str, Any] | None) -> list[str]:
+    """The summary's line for the author's import (absent from results written before it)."""
+    if figure is None:
+        return []
+    loaded = figure["server_modules_loaded"]
+    return [
+        f"author import                {_fmt(figure['author_ms']['median'], 0)} ms vs "
+        f"{_fmt(figure['baseline_ms']['median'], 0)} ms for `{figure['baseline']}` "
+        f"({_fmt(figure['ratio']['median'], 2)}x); server modules loaded: "
+        f"{', '.join(loaded) or 'none'}"
+    ]
 
 
 def chart(results: dict[str, Any], path: Path) -> None:

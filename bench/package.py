@@ -1,6 +1,13 @@
 """`make package`: the size of each `sam build` artifact, and an import check with the runtime's
 Python, with boto3 beside it as the Lambda runtime provides it (boto3 is not in the artifact).
 
+Each artifact must hold only what runs on Lambda: no local tooling or test helpers
+(:data:`LOCAL_ONLY`), and its process must load none of them, nor sqlite3, both after
+``import handler`` and, for the API and worker functions, after one event of ``events/`` (with
+AWS unreachable, so nothing leaves the machine). argparse and python-dotenv are reported apart:
+pydantic-settings (the settings tree) imports both from its own modules, which the check
+confirms in the same artifact; anything else loading them fails it.
+
 Usage: python -m bench.package --build-dir .aws-sam/build --python python3.13
 """
 
@@ -12,13 +19,35 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
+from rollout_sdk.testing.imports import ImportProbe, probe_import
 from testkit.aws import FAKE_AWS
 
 GOAL_BYTES = 15_000_000  # "at most 15 MB"
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parents[1]
+#: Never shipped (the Makefile's lambda_artifact removes them), so never imported on Lambda.
+LOCAL_ONLY = ("rollout_sdk/local", "rollout_sdk/testing", "rollout_sdk/__main__.py")
+#: Modules no function's process may load.
+FORBIDDEN_MODULES = ("rollout_sdk.local", "rollout_sdk.testing", "sqlite3")
+#: Modules a function loads only because pydantic-settings imports them (checked, not assumed).
+SETTINGS_MODULES = ("argparse", "dotenv")
+#: One event per function that has one in events/, run after the import.
+EVENTS = {"ApiFunction": ("api", "health.json"), "WorkerFunction": ("worker", "worker.json")}
+# The event's call, in the artifact's process: a LambdaContext stand-in, and an error is fine
+# (AWS is unreachable); what matters is what the call imported.
+_CALL = """
+import json, types, handler
+context = types.SimpleNamespace(function_name="f", function_version="1", memory_limit_in_mb=1024,
+    invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:f",
+    aws_request_id="req-1", get_remaining_time_in_millis=lambda: 30000)
+try:
+    getattr(handler, {entry!r})(json.loads({event!r}), context)
+except Exception:
+    pass
+"""
 
 
 def tree_bytes(path: Path) -> int:
@@ -64,10 +93,10 @@ def runtime_boto3(python: str, cache: Path) -> Path:
     return cache
 
 
-def import_check(python: str, artifact: Path, boto3_dir: Path) -> tuple[bool, float, str]:
-    """Import ``handler`` from the artifact alone (plus the runtime's boto3): a cold start."""
-    env = {
-        # Only what a Lambda environment has, plus what finds the runtime's Python here (pyenv).
+def lambda_env(artifact: Path, boto3_dir: Path) -> dict[str, str]:
+    """What a Lambda environment has, plus what finds the runtime's Python here (pyenv); AWS at
+    a closed loopback port, so a call fails at once instead of leaving the machine."""
+    return {
         **{
             k: v
             for k, v in os.environ.items()
@@ -80,20 +109,54 @@ def import_check(python: str, artifact: Path, boto3_dir: Path) -> tuple[bool, fl
         "TABLE_NAME": "rollouts",
         "WORKER_FUNCTION_NAME": "worker",
         **FAKE_AWS,
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+        "AWS_MAX_ATTEMPTS": "1",
     }
-    code = "import time; t = time.perf_counter(); import handler; print(time.perf_counter() - t)"
-    done = subprocess.run(  # noqa: S603 - a fixed argv list, no shell
-        [python, "-S", "-c", code],
+
+
+def import_check(
+    python: str, artifact: Path, boto3_dir: Path, statement: str, flags: Sequence[str] = ()
+) -> ImportProbe:
+    """Run ``statement`` with the artifact alone on the path (plus the runtime's boto3)."""
+    return probe_import(
+        statement,
+        python=python,
+        flags=["-S", *flags],
+        env=lambda_env(artifact, boto3_dir),
         cwd=artifact,
-        env=env,
-        capture_output=True,
-        text=True,
         timeout=120,
-        check=False,
     )
-    if done.returncode != 0:
-        return False, 0.0, done.stderr.strip().splitlines()[-1] if done.stderr else "failed"
-    return True, float(done.stdout.strip().splitlines()[-1]), ""
+
+
+def shipped_local_files(artifact: Path) -> list[str]:
+    """What of :data:`LOCAL_ONLY` the artifact holds."""
+    return [name for name in LOCAL_ONLY if (artifact / name).exists()]
+
+
+def settings_imports(python: str, artifact: Path, boto3_dir: Path) -> dict[str, float]:
+    """Each of :data:`SETTINGS_MODULES` that ``import pydantic_settings`` loads by itself in
+    this artifact, with what it adds to ``import handler`` in ms (``-X importtime``'s
+    cumulative figure where it is first imported; the median of 5 fresh processes)."""
+    alone = import_check(python, artifact, boto3_dir, "import pydantic_settings")
+    if not alone.ok:
+        return {}
+    wanted = [m for m in SETTINGS_MODULES if alone.loaded([m])]
+    runs: dict[str, list[float]] = {m: [] for m in wanted}
+    for _ in range(5):
+        probe = import_check(python, artifact, boto3_dir, "import handler", ["-X", "importtime"])
+        for line in probe.stderr.splitlines():
+            fields = [f.strip() for f in line.removeprefix("import time:").split("|")]
+            if len(fields) == 3 and fields[2] in runs:
+                runs[fields[2]].append(int(fields[1]) / 1000)
+    return {m: round(sorted(v)[len(v) // 2], 1) for m, v in runs.items() if v}
+
+
+def check_modules(probe: ImportProbe, expected: dict[str, float]) -> tuple[list[str], list[str]]:
+    """(forbidden modules loaded, settings modules loaded that pydantic-settings does not
+    explain)."""
+    forbidden = [name for name in FORBIDDEN_MODULES if probe.loaded([name])]
+    unexplained = [m for m in SETTINGS_MODULES if probe.loaded([m]) and m not in expected]
+    return forbidden, unexplained
 
 
 def main() -> int:
@@ -116,31 +179,92 @@ def main() -> int:
         "functions": {},
     }
     ok = True
+    settings_ms: dict[str, float] | None = None
     print(f"{'function':<24}{'bytes':>12}{'MiB':>8}  boto3  import  largest entries")
+    notes: list[str] = []
     for artifact in functions:
         size = tree_bytes(artifact)
         has_boto3 = (artifact / "boto3").exists() or (artifact / "botocore").exists()
-        imported, seconds, error = import_check(args.python, artifact, boto3_dir)
-        within = size <= GOAL_BYTES and not has_boto3 and imported
+        shipped = shipped_local_files(artifact)
+        if settings_ms is None:  # the same dependencies in every artifact: measured once
+            settings_ms = settings_imports(args.python, artifact, boto3_dir)
+        probes = {
+            "import handler": import_check(args.python, artifact, boto3_dir, "import handler")
+        }
+        if artifact.name in EVENTS:
+            entry, event_file = EVENTS[artifact.name]
+            event = (ROOT / "events" / event_file).read_text(encoding="utf-8")
+            probes[f"handler.{entry}(events/{event_file})"] = import_check(
+                args.python, artifact, boto3_dir, _CALL.format(entry=entry, event=event)
+            )
+        imported = probes["import handler"]
+        forbidden: dict[str, list[str]] = {}
+        unexplained: dict[str, list[str]] = {}
+        for label, probe in probes.items():
+            if not probe.ok:
+                notes.append(f"{artifact.name}: {label} failed: {probe.error}")
+                continue
+            bad, odd = check_modules(probe, settings_ms)
+            if bad:
+                forbidden[label] = bad
+                notes.append(f"{artifact.name}: after {label}, loaded {', '.join(bad)}")
+            if odd:
+                unexplained[label] = odd
+                notes.append(
+                    f"{artifact.name}: after {label}, loaded {', '.join(odd)}, which "
+                    "pydantic-settings alone does not load here: find what imports it"
+                )
+        if shipped:
+            notes.append(f"{artifact.name}: ships {', '.join(shipped)}")
+        within = (
+            size <= GOAL_BYTES
+            and not has_boto3
+            and all(probe.ok for probe in probes.values())
+            and not shipped
+            and not forbidden
+            and not unexplained
+        )
         ok &= within
         top = ", ".join(f"{name} {n / 1e6:.1f}" for name, n in biggest(artifact, 4))
         print(
             f"{artifact.name:<24}{size:>12,}{size / 2**20:>8.2f}  {'yes' if has_boto3 else 'no':<5}  "
-            f"{f'{seconds:.2f}s' if imported else 'FAIL':<6}  {top}"
+            f"{f'{imported.seconds:.2f}s' if imported.ok else 'FAIL':<6}  {top}"
         )
-        if error:
-            print(f"  import failed: {error}", file=sys.stderr)
         report["functions"][artifact.name] = {  # type: ignore[index]
             "bytes": size,
             "contains_boto3": has_boto3,
-            "import_ok": imported,
-            "import_seconds": round(seconds, 3),
+            "import_ok": imported.ok,
+            "import_seconds": round(imported.seconds, 3),
             "largest": biggest(artifact),
+            "ships_local_only": shipped,
+            "checked_after": list(probes),
+            "forbidden_modules_loaded": forbidden,
+            "settings_modules_unexplained": unexplained,
         }
+    for note in notes:
+        print(f"  FAIL {note}", file=sys.stderr)
+    report["settings_modules_ms"] = settings_ms
+    print(
+        "checks, in every function: that it ships none of "
+        + ", ".join(LOCAL_ONLY)
+        + ", and loads none of "
+        + ", ".join(FORBIDDEN_MODULES)
+        + " after import handler (and after one event, for "
+        + ", ".join(EVENTS)
+        + ")"
+    )
+    for module, ms in (settings_ms or {}).items():
+        print(
+            f"known: {module} is loaded (+{ms:g} ms of import handler) because pydantic-settings, "
+            "which reads the settings tree, imports it at module level (verified in this artifact)"
+        )
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "package-latest.json").write_text(json.dumps(report, indent=2) + "\n")
     verdict = "PASS" if ok else "FAIL"
-    print(f"{verdict}: goal at most {GOAL_BYTES:,} bytes per artifact, no boto3, imports cleanly")
+    print(
+        f"{verdict}: goal at most {GOAL_BYTES:,} bytes per artifact, no boto3, imports cleanly, "
+        "no local tooling shipped or loaded, no sqlite3"
+    )
     return 0 if ok else 1
 
 

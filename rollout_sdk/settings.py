@@ -1,7 +1,8 @@
 """Settings, read from the environment under the v1 SDK's variable names (protocol.md section 7).
 
-Read once, through :func:`get_settings`, by the wiring (the CLI, ``create_app``, ``handler.py``).
-Out-of-range values raise :class:`~rollout_sdk.errors.ConfigurationError` naming the variable.
+Read once, through :func:`get_settings`, by the wiring (the CLI, ``create_app``, ``handler.py``);
+nothing else in the kit reads ``os.environ``. Out-of-range values raise
+:class:`~rollout_sdk.errors.ConfigurationError` naming the variable.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rollout_sdk.errors import ConfigurationError
@@ -19,6 +20,7 @@ CLIENT_PREFIX = "OSMOSIS_ROLLOUT_CLIENT_"
 SERVER_PREFIX = "OSMOSIS_ROLLOUT_SERVER_"
 TOP_PREFIX = "OSMOSIS_ROLLOUT_"
 KIT_PREFIX = "ROLLOUT_SDK_"
+DEFAULT_PLATFORM_URL = "https://platform.osmosis.ai"
 
 
 class RolloutClientSettings(BaseSettings):
@@ -102,14 +104,34 @@ class KitSettings(BaseSettings):
         )
 
 
+class CliSettings(BaseSettings):
+    """What the ``rollout-sdk`` command reads beyond the server's settings; its options win.
+
+    Each field reads the variable its alias names. The keys are ``SecretStr``: never printed.
+    """
+
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
+
+    #: The key TrainGate sends (``serve`` requires it; ``register`` sends it to the platform).
+    server_key: SecretStr | None = Field(None, validation_alias="ROLLOUT_SDK_SERVER_KEY")
+    #: ``register``: the platform access token, the workspace and the platform's base URL.
+    platform_token: SecretStr | None = Field(None, validation_alias="OSMOSIS_PLATFORM_TOKEN")
+    workspace_id: str | None = Field(None, validation_alias="OSMOSIS_WORKSPACE_ID")
+    platform_url: str = Field(
+        "https://platform.osmosis.ai", validation_alias="OSMOSIS_PLATFORM_URL"
+    )
+
+
 class RolloutSettings(BaseSettings):
-    """All settings; ``client``, ``server`` and ``kit`` read their own prefixes."""
+    """All settings; ``client``, ``server`` and ``kit`` read their own prefixes, ``cli`` its
+    own variables."""
 
     model_config = SettingsConfigDict(env_prefix=TOP_PREFIX, extra="ignore")
 
     client: RolloutClientSettings = Field(default_factory=RolloutClientSettings)
     server: RolloutServerSettings = Field(default_factory=RolloutServerSettings)
     kit: KitSettings = Field(default_factory=KitSettings)
+    cli: CliSettings = Field(default_factory=CliSettings)
     max_metadata_size_bytes: int = Field(
         DEFAULT_MAX_METADATA_SIZE_BYTES, ge=1024, le=100 * 1024 * 1024
     )
@@ -156,11 +178,14 @@ def load_settings(**overrides: Any) -> RolloutSettings:
         kit = KitSettings(**overrides.pop("kit", {}))
     except ValidationError as exc:
         problems.append(_describe(exc, KIT_PREFIX))
+    # Strings and secrets only: nothing in it can be out of range.
+    cli = CliSettings(**overrides.pop("cli", {}))
     try:
         top = RolloutSettings(
             client=client or RolloutClientSettings.model_construct(),
             server=server or RolloutServerSettings.model_construct(),
             kit=kit or KitSettings.model_construct(),
+            cli=cli,
             **overrides,
         )
     except ValidationError as exc:

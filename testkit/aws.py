@@ -25,7 +25,7 @@ FAKE_AWS: Mapping[str, str] = {
 UNSET_AWS = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE")
 
 #: The kit's own settings; ``clean`` drops the outer shell's.
-SETTINGS_PREFIXES = ("OSMOSIS_ROLLOUT_", "ROLLOUT_SDK_")
+SETTINGS_PREFIXES = ("OSMOSIS_ROLLOUT_", "ROLLOUT_SDK_", "OSMOSIS_PLATFORM_", "OSMOSIS_WORKSPACE_")
 
 
 def use_fake_aws(environ: MutableMapping[str, str] = os.environ) -> None:

@@ -19,8 +19,8 @@ from rollout_sdk.settings import reset_settings  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def _isolated_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Drop every OSMOSIS_ROLLOUT_* and ROLLOUT_SDK_* variable of the outer environment and
-    re-read settings."""
+    """Drop every variable of the settings tree from the outer environment (OSMOSIS_ROLLOUT_*,
+    ROLLOUT_SDK_*, the CLI's OSMOSIS_PLATFORM_* and OSMOSIS_WORKSPACE_ID) and re-read settings."""
     for name in list(os.environ):
         if name.upper().startswith(SETTINGS_PREFIXES):
             monkeypatch.delenv(name)

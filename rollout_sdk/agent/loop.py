@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import abc
-import asyncio
 import hashlib
 import json
 import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from rollout_sdk.agent.tools import get_message_content, parse_tool_calls
 from rollout_sdk.errors import RolloutCancelled
@@ -24,6 +23,8 @@ from rollout_sdk.protocol import (
 )
 
 if TYPE_CHECKING:
+    import asyncio
+
     from rollout_sdk.engine.client import TrainGateClient
 
 
@@ -289,3 +290,20 @@ class RolloutAgentLoop(abc.ABC):
     @abc.abstractmethod
     async def run(self, ctx: RolloutContext) -> RolloutResult:
         """Run the rollout; an exception becomes an ERROR result."""
+
+
+# ---------------------------------------------------------------- v1 names
+
+MessageDict = dict[str, Any]
+SamplingParamsDict = dict[str, Any]
+
+#: The v1 name of the per-rollout LLM client.
+OsmosisLLMClient = RolloutLLMClient
+
+
+class LLMClientProtocol(Protocol):
+    """What ``ctx.llm`` offers (v1 API)."""
+
+    async def chat_completions(
+        self, messages: list[MessageDict], **params: Any
+    ) -> CompletionsResult: ...

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollout_sdk.local.server import DEFAULT_STATE_DIR, SQLITE_FILE
 
+if TYPE_CHECKING:
+    from pydantic import SecretStr
+
 DEFAULT_AGENT = "examples.calculator.agent:agent_loop"
 DEFAULT_DATASET = "examples/calculator/dataset.jsonl"
+
+
+def _secret(value: SecretStr | None) -> str:
+    """A key from the settings, or "" when it is not set."""
+    return "" if value is None else value.get_secret_value()
 
 
 def _fail(message: str, code: int = 2) -> int:
@@ -53,7 +60,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if not result.valid:
         print(format_report(result), file=sys.stderr)
         return 1
-    keys = [k for k in (args.api_key, os.environ.get("ROLLOUT_SDK_SERVER_KEY")) if k]
+    keys = [k for k in (args.api_key, _secret(settings.cli.server_key)) if k]
     emulator = None
     store: Any = args.store
     where = (
@@ -179,18 +186,20 @@ def _with_standin(event: Any) -> tuple[Any, Any]:
 
 
 def _cmd_register(args: argparse.Namespace) -> int:
-    from rollout_sdk.errors import RegisterError
+    from rollout_sdk.errors import ConfigurationError, RegisterError
     from rollout_sdk.local.register import register
+    from rollout_sdk.settings import get_settings
 
     try:
+        cli = get_settings().cli
         result = register(
             url=args.url,
-            server_key=args.api_key or os.environ.get("ROLLOUT_SDK_SERVER_KEY", ""),
-            platform_token=args.token or os.environ.get("OSMOSIS_PLATFORM_TOKEN", ""),
-            platform_url=args.platform_url,
-            workspace=args.workspace or os.environ.get("OSMOSIS_WORKSPACE_ID"),
+            server_key=args.api_key or _secret(cli.server_key),
+            platform_token=args.token or _secret(cli.platform_token),
+            platform_url=cli.platform_url if args.platform_url is None else args.platform_url,
+            workspace=args.workspace or cli.workspace_id,
         )
-    except RegisterError as exc:
+    except (ConfigurationError, RegisterError) as exc:
         return _fail(str(exc), 1)
     status = result.get("status")
     print(f"registered: id={result.get('id')} status={status}")
@@ -345,7 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a Lambda handler on an event file, without a container engine",
         description=(
             "Run a function of template.yaml on an event file the way `sam local invoke` does: "
-            "the function's environment is resolved from the template, handler.py is imported "
+            "the function's environment is resolved from the template and set in this "
+            "process's environment (over variables of the same name), handler.py is imported "
             "in this process, and AWS is an embedded moto server on 127.0.0.1 (started and "
             "stopped by this command) unless --endpoint is given. Prints the handler's result."
         ),
@@ -408,7 +418,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     register.add_argument(
         "--platform-url",
-        default=os.environ.get("OSMOSIS_PLATFORM_URL", "https://platform.osmosis.ai"),
         help="platform base URL (default OSMOSIS_PLATFORM_URL or https://platform.osmosis.ai)",
     )
     register.set_defaults(func=_cmd_register)

@@ -2,8 +2,11 @@
 ``sam local invoke`` does, without a container engine.
 
 The environment is resolved from the template as SAM would (parameter defaults, plus the
-resources of the embedded emulator for ``!Ref``), ``handler.py`` is imported in this process, and
-the handler is called with a Lambda context whose remaining time is the function's timeout.
+resources of the embedded emulator for ``!Ref``) and written into this process's ``os.environ``
+(on purpose, and the one place the kit writes it besides the emulator's fake credentials: the
+handler reads its settings from there, as on Lambda), ``handler.py`` is imported in this
+process, and the handler is called with a Lambda context whose remaining time is the function's
+timeout.
 """
 
 from __future__ import annotations
@@ -149,7 +152,8 @@ def load_event(path: str | Path) -> Any:
 
 
 def import_handler(environment: dict[str, str], module: str = "handler") -> Any:
-    """Import ``handler.py`` afresh (a cold start) with ``environment`` applied."""
+    """Import ``handler.py`` afresh (a cold start) with ``environment`` applied to this process's
+    ``os.environ`` (a cold start's environment; it stays applied after the call)."""
     os.environ.update(environment)
     cwd = os.getcwd()
     if cwd not in sys.path:

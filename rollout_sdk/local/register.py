@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from rollout_sdk.errors import RegisterError
+from rollout_sdk.settings import DEFAULT_PLATFORM_URL
 
-DEFAULT_PLATFORM_URL = "https://platform.osmosis.ai"
 REGISTER_PATH = "/api/cli/rollout-server/register"
 PLATFORM_TIMEOUT_SECONDS = 15.0
 

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
+from rollout_sdk.agent.serve import DEFAULT_HOST, DEFAULT_PORT
 from rollout_sdk.errors import ServeError
 
 if TYPE_CHECKING:
@@ -16,8 +17,6 @@ if TYPE_CHECKING:
     from rollout_sdk.settings import RolloutSettings
     from rollout_sdk.store.base import Store
 
-DEFAULT_HOST = "0.0.0.0"  # the v1 SDK's default for serve_agent_loop
-DEFAULT_PORT = 9000
 DEFAULT_STATE_DIR = Path(".rollout-state")
 SQLITE_FILE = "rollouts.sqlite3"
 LOCK_FILE = "server.lock"
@@ -162,7 +161,7 @@ def build_local_app(
         raise
 
 
-def serve_agent_loop(
+def serve(
     agent_loop: RolloutAgentLoop,
     *,
     host: str = DEFAULT_HOST,
@@ -175,7 +174,8 @@ def serve_agent_loop(
     log_level: str = "info",
     **ignored: Any,
 ) -> None:
-    """Validate ``agent_loop`` and serve it with uvicorn until interrupted (v1 API).
+    """Validate ``agent_loop`` and serve it with uvicorn until interrupted (what v1's
+    :func:`~rollout_sdk.agent.serve.serve_agent_loop` runs).
 
     Raises AgentLoopValidationError for an invalid loop, ServeError when the server cannot start.
     """

@@ -1,10 +1,33 @@
-"""Record stores: the ``Store`` port and its adapters."""
+"""Record stores: the ``Store`` port and its adapters.
+
+Each name is imported on first use, so code that needs only the port (``rollout_sdk.store.base``)
+never loads sqlite3.
+"""
 
 from __future__ import annotations
 
-from rollout_sdk.store.base import CreateResult, Store, TransactionalStore, TransitionResult
-from rollout_sdk.store.memory import MemoryStore
-from rollout_sdk.store.sqlite import SQLiteStore
+from typing import TYPE_CHECKING
+
+from rollout_sdk._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from rollout_sdk.store.base import CreateResult, Store, TransactionalStore, TransitionResult
+    from rollout_sdk.store.memory import MemoryStore
+    from rollout_sdk.store.sqlite import SQLiteStore
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "rollout_sdk.store.base": (
+            "CreateResult",
+            "Store",
+            "TransactionalStore",
+            "TransitionResult",
+        ),
+        "rollout_sdk.store.memory": ("MemoryStore",),
+        "rollout_sdk.store.sqlite": ("SQLiteStore",),
+    },
+)
 
 __all__ = [
     "CreateResult",

@@ -123,3 +123,44 @@ def test_cli_exit_codes(
     err = capsys.readouterr().err
     assert "health check timed out" in err
     assert "401" in err
+
+
+def test_cli_reads_the_key_token_workspace_and_platform_from_the_settings(
+    rollout_server: str, platform: tuple[Platform, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rollout_sdk.local.cli import main
+    from rollout_sdk.settings import reset_settings
+
+    stand_in, platform_url = platform
+    monkeypatch.setenv("ROLLOUT_SDK_SERVER_KEY", SERVER_KEY)
+    monkeypatch.setenv("OSMOSIS_PLATFORM_TOKEN", TOKEN)
+    monkeypatch.setenv("OSMOSIS_WORKSPACE_ID", "ws-env")
+    monkeypatch.setenv("OSMOSIS_PLATFORM_URL", platform_url)
+    reset_settings()  # the rollout server's fixture has read them once already
+    assert main(["register", "--url", rollout_server]) == 0
+    # Options win over the environment.
+    reset_settings()
+    monkeypatch.setenv("OSMOSIS_PLATFORM_URL", "http://127.0.0.1:9")  # closed: never used
+    assert main(["register", "--url", rollout_server, "--platform-url", platform_url]) == 0
+    assert (
+        main(
+            [
+                "register",
+                "--url",
+                rollout_server,
+                "--platform-url",
+                platform_url,
+                "--workspace",
+                "ws-opt",
+            ]
+        )
+        == 0
+    )
+    first, second, third = stand_in.requests
+    assert first["body"]["api_key"] == SERVER_KEY
+    assert first["headers"]["authorization"] == f"Bearer {TOKEN}"
+    assert [r["headers"]["x-osmosis-org"] for r in (first, second, third)] == [
+        "ws-env",
+        "ws-env",
+        "ws-opt",
+    ]

@@ -92,3 +92,36 @@ def test_help_of_every_command_exits_0(command: list[str]) -> None:
     result = run_cli(*command, "--help", timeout=30)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage: rollout-sdk")
+
+
+@pytest.mark.parametrize(
+    ("option", "env", "accepted"),
+    [
+        (None, "env-key", ("env-key",)),  # the settings tree's ROLLOUT_SDK_SERVER_KEY
+        ("opt-key", None, ("opt-key",)),
+        ("opt-key", "env-key", ("opt-key", "env-key")),  # both are accepted, as before
+    ],
+)
+async def test_serve_takes_the_server_key_from_the_option_and_the_settings(
+    monkeypatch: pytest.MonkeyPatch, option: str | None, env: str | None, accepted: tuple[str, ...]
+) -> None:
+    import uvicorn
+
+    from rollout_sdk.local.cli import main
+
+    served: list[object] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **_: served.append(app))
+    if env is not None:
+        monkeypatch.setenv("ROLLOUT_SDK_SERVER_KEY", env)
+    argv = ["serve", "--agent", "examples.calculator.agent:agent_loop", "--store", "memory"]
+    assert main([*argv, *(["--api-key", option] if option else [])]) == 0
+    [app] = served
+    transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        refused = await client.get("/platform/health", headers={"Authorization": "Bearer no"})
+        allowed = [
+            await client.get("/platform/health", headers={"Authorization": f"Bearer {key}"})
+            for key in accepted
+        ]
+    assert refused.status_code == 401
+    assert [r.status_code for r in allowed] == [200] * len(accepted)

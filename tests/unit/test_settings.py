@@ -192,3 +192,23 @@ def test_every_bad_variable_is_named_at_once(monkeypatch: pytest.MonkeyPatch) ->
         "OSMOSIS_ROLLOUT_MAX_METADATA_SIZE_BYTES",
     ):
         assert name in message
+
+
+def test_the_cli_variables_are_in_the_tree_and_the_keys_are_never_printed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert load_settings().cli.platform_url == "https://platform.osmosis.ai"
+    assert load_settings().cli.server_key is None
+    monkeypatch.setenv("ROLLOUT_SDK_SERVER_KEY", "server-secret")
+    monkeypatch.setenv("OSMOSIS_PLATFORM_TOKEN", "token-secret")
+    monkeypatch.setenv("OSMOSIS_WORKSPACE_ID", "ws-1")
+    monkeypatch.setenv("OSMOSIS_PLATFORM_URL", "http://platform.test")
+    cli = load_settings().cli
+    assert cli.server_key is not None and cli.server_key.get_secret_value() == "server-secret"
+    assert cli.platform_token is not None
+    assert cli.platform_token.get_secret_value() == "token-secret"
+    assert (cli.workspace_id, cli.platform_url) == ("ws-1", "http://platform.test")
+    for shown in (repr(load_settings()), str(cli), load_settings().model_dump_json()):
+        assert "server-secret" not in shown and "token-secret" not in shown
+    set_max_metadata_size_bytes(4096)  # rebuilt from a dump: the keys survive it
+    assert get_settings().cli.server_key == cli.server_key
