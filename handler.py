@@ -1,7 +1,9 @@
 """Lambda entry points. Wiring only: everything is built once per cold start.
 
-``template.yaml`` points the API function at ``handler.api`` and the worker function at
-``handler.worker``; the agent loop is named by the ``AGENT_LOOP`` variable (``module:attribute``).
+``template.yaml`` points each function at one of these names (``handler.api``,
+``handler.worker``, ...); the agent loop is named by the ``AGENT_LOOP`` variable
+(``module:attribute``). Each entry point hands its event to the module of
+:mod:`rollout_sdk.aws.handlers` for its event source.
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from rollout_sdk.aws.handlers import api as api_events
+from rollout_sdk.aws.handlers import dead_letter, failure, queue
+from rollout_sdk.aws.handlers import redrive as redrive_schedule
+from rollout_sdk.aws.handlers import worker as worker_events
 from rollout_sdk.aws.runtime import LambdaRuntime
 
 logger = Logger(service="rollout-sdk")
@@ -25,7 +31,7 @@ runtime = LambdaRuntime.from_environment()
 @logger.inject_lambda_context(clear_state=True)
 def api(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """API function: init, health and platform health through Mangum."""
-    return runtime.api_handler(event, context)
+    return api_events.handle(runtime, event, context)
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -33,7 +39,7 @@ def worker(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Worker function: run one rollout and call TrainGate back."""
     if isinstance(event, dict) and isinstance(event.get("rollout_id"), str):
         logger.append_keys(rollout_id=event["rollout_id"])
-    return runtime.handle_worker(event, context)
+    return worker_events.handle(runtime, event, context)
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -42,22 +48,22 @@ def worker_failed(event: dict[str, Any], context: LambdaContext) -> dict[str, An
     payload = event.get("requestPayload") if isinstance(event, dict) else None
     if isinstance(payload, dict) and isinstance(payload.get("rollout_id"), str):
         logger.append_keys(rollout_id=payload["rollout_id"])
-    return runtime.handle_worker_failure(event, context)
+    return failure.handle(runtime, event, context)
 
 
 @logger.inject_lambda_context(clear_state=True)
 def redrive(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Scheduled: send undelivered final responses again."""
-    return runtime.handle_redrive(event, context)
+    return redrive_schedule.handle(runtime, event, context)
 
 
 @logger.inject_lambda_context(clear_state=True)
 def worker_batch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Queue hand-off: run a batch of rollouts from SQS together (partial-batch failures)."""
-    return runtime.handle_worker_batch(event, context)
+    return queue.handle(runtime, event, context)
 
 
 @logger.inject_lambda_context(clear_state=True)
 def dead_letters(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Queue hand-off: report rollouts whose messages the queue gave up on."""
-    return runtime.handle_dead_letters(event, context)
+    return dead_letter.handle(runtime, event, context)

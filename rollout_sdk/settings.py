@@ -8,7 +8,7 @@ nothing else in the kit reads ``os.environ``. Out-of-range values raise
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -117,14 +117,52 @@ class CliSettings(BaseSettings):
     #: ``register``: the platform access token, the workspace and the platform's base URL.
     platform_token: SecretStr | None = Field(None, validation_alias="OSMOSIS_PLATFORM_TOKEN")
     workspace_id: str | None = Field(None, validation_alias="OSMOSIS_WORKSPACE_ID")
-    platform_url: str = Field(
-        "https://platform.osmosis.ai", validation_alias="OSMOSIS_PLATFORM_URL"
+    platform_url: str = Field(DEFAULT_PLATFORM_URL, validation_alias="OSMOSIS_PLATFORM_URL")
+
+
+#: Lambda's hard ceiling on one invocation.
+LAMBDA_MAX_TIMEOUT_SECONDS = 900
+
+
+class LambdaSettings(BaseSettings):
+    """What ``template.yaml`` passes to the Lambda functions (its own, unprefixed names).
+
+    Every field is optional, so the local tools never need one; the Lambda composition root
+    (``rollout_sdk.aws.runtime``) names each variable it requires and finds missing.
+    """
+
+    # populate_by_name: a dump of the tree (field names) validates back, as the v1 setters do.
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
+
+    agent_loop: str | None = Field(None, validation_alias="AGENT_LOOP")
+    table_name: str | None = Field(None, validation_alias="TABLE_NAME")
+    worker_function_name: str | None = Field(None, validation_alias="WORKER_FUNCTION_NAME")
+    server_key_secret: str | None = Field(None, validation_alias="SERVER_KEY_SECRET_ARN")
+    payload_bucket: str | None = Field(None, validation_alias="PAYLOAD_BUCKET")
+    #: "direct": one asynchronous worker invocation per rollout; "queue": an SQS queue whose
+    #: batches one worker invocation runs together.
+    hand_off: Literal["direct", "queue"] = Field("direct", validation_alias="HAND_OFF")
+    queue_url: str | None = Field(None, validation_alias="QUEUE_URL")
+    callback_key_kms_key_id: str | None = Field(None, validation_alias="CALLBACK_KEY_KMS_KEY_ID")
+    worker_timeout_seconds: float = Field(
+        LAMBDA_MAX_TIMEOUT_SECONDS,
+        gt=0,
+        le=LAMBDA_MAX_TIMEOUT_SECONDS,
+        validation_alias="WORKER_TIMEOUT_SECONDS",
     )
+    deadline_margin_seconds: float = Field(
+        10.0, ge=0, le=300, validation_alias="DEADLINE_MARGIN_SECONDS"
+    )
+    secret_max_age_seconds: int = Field(
+        300, ge=0, le=86400, validation_alias="SECRET_MAX_AGE_SECONDS"
+    )
+    endpoint_url: str | None = Field(None, validation_alias="ROLLOUT_SDK_AWS_ENDPOINT_URL")
+    enable_docs: bool = Field(False, validation_alias="ROLLOUT_SDK_ENABLE_DOCS")
 
 
 class RolloutSettings(BaseSettings):
-    """All settings; ``client``, ``server`` and ``kit`` read their own prefixes, ``cli`` its
-    own variables."""
+    """All settings; ``client``, ``server`` and ``kit`` read their own prefixes, ``cli`` the
+    command's own variables, ``aws`` the variables ``template.yaml`` sets."""
 
     model_config = SettingsConfigDict(env_prefix=TOP_PREFIX, extra="ignore")
 
@@ -132,6 +170,7 @@ class RolloutSettings(BaseSettings):
     server: RolloutServerSettings = Field(default_factory=RolloutServerSettings)
     kit: KitSettings = Field(default_factory=KitSettings)
     cli: CliSettings = Field(default_factory=CliSettings)
+    aws: LambdaSettings = Field(default_factory=LambdaSettings)
     max_metadata_size_bytes: int = Field(
         DEFAULT_MAX_METADATA_SIZE_BYTES, ge=1024, le=100 * 1024 * 1024
     )
@@ -152,7 +191,7 @@ def _describe(exc: ValidationError, prefix: str | None = None) -> str:
     lines = []
     for err in exc.errors():
         loc = tuple(err.get("loc", ()))
-        name = (prefix + str(loc[0]).upper()) if prefix and loc else _variable_name(loc)
+        name = (prefix + str(loc[0]).upper()) if prefix is not None and loc else _variable_name(loc)
         given = err.get("input")
         shown = f" (got {given!r})" if not isinstance(given, dict) and given is not None else ""
         message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
@@ -180,12 +219,18 @@ def load_settings(**overrides: Any) -> RolloutSettings:
         problems.append(_describe(exc, KIT_PREFIX))
     # Strings and secrets only: nothing in it can be out of range.
     cli = CliSettings(**overrides.pop("cli", {}))
+    aws: LambdaSettings | None = None
+    try:
+        aws = LambdaSettings(**overrides.pop("aws", {}))
+    except ValidationError as exc:
+        problems.append(_describe(exc, ""))  # its errors carry the variable's name
     try:
         top = RolloutSettings(
             client=client or RolloutClientSettings.model_construct(),
             server=server or RolloutServerSettings.model_construct(),
             kit=kit or KitSettings.model_construct(),
             cli=cli,
+            aws=aws or LambdaSettings.model_construct(),
             **overrides,
         )
     except ValidationError as exc:

@@ -11,11 +11,21 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from rollout_sdk.dispatch.aws_lambda import job_event
+from rollout_sdk.dispatch.aws_lambda import job_event, job_from_event
 from rollout_sdk.dispatch.base import Job, RemoteDispatcher
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
+
+
+def job_from_message(body: str | None) -> Job:
+    """The job in a rollout-queue message's body (as :class:`SqsDispatcher` sends it);
+    ValueError saying what is wrong when it is not one."""
+    try:
+        event = json.loads(body or "")
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"message body is not a JSON job: {exc}") from exc
+    return job_from_event(event)
 
 
 class SqsDispatcher(RemoteDispatcher):

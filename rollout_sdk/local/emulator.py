@@ -4,8 +4,9 @@
 Used by ``rollout-sdk serve --store dynamodb``, ``rollout-sdk invoke`` and the tests. moto is a
 development dependency (``pip install 'rollout-sdk[local]'``); it is imported only here.
 
-Fake credentials and a region are set before any boto3 client exists, so nothing here can reach
-real AWS.
+Every client here comes from :func:`local_session`: fake credentials, the local region, and no
+profile or AWS config file, all given to the session itself, so nothing here can reach real AWS
+and nothing here writes the process's environment.
 """
 
 from __future__ import annotations
@@ -28,21 +29,61 @@ DEFAULT_TEMPLATE = Path("template.yaml")
 LOCAL_REGION = "us-east-1"
 TABLE_RESOURCE = "RolloutTable"
 
-_FAKE_AWS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
+FAKE_SECRET = "testing"  # noqa: S105 - moto accepts any credentials; these sign nothing real
+
+#: What Lambda puts in every function's environment (credentials and region), faked: part of
+#: :attr:`LocalResources.environment`, for the functions ``handler.py`` runs locally.
+FAKE_FUNCTION_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": FAKE_SECRET,
+    "AWS_SECRET_ACCESS_KEY": FAKE_SECRET,
+    "AWS_SESSION_TOKEN": FAKE_SECRET,
     "AWS_DEFAULT_REGION": LOCAL_REGION,
     "AWS_REGION": LOCAL_REGION,
     "AWS_EC2_METADATA_DISABLED": "true",
 }
 
 
-def use_fake_aws_credentials() -> None:
-    """Point boto3 at fake credentials and a local region (call before any client exists)."""
-    for key, value in _FAKE_AWS.items():
-        os.environ[key] = value
-    os.environ.pop("AWS_PROFILE", None)
+def local_session() -> Any:
+    """A boto3 session for an emulator: fake credentials and the local region, with no profile,
+    config or credentials file read, all set on the session alone (not the environment).
+
+    With credentials given, boto3 never searches for others (no ``~/.aws``, no instance
+    metadata), so a client of this session cannot sign a request for a real account.
+    """
+    import boto3
+    import botocore.session
+
+    core = botocore.session.Session()
+    # On the config store, not the session: a session variable set to None falls back to the
+    # environment (AWS_PROFILE), an override does not.
+    store = core.get_component("config_store")
+    for name, value in (
+        ("profile", None),
+        ("config_file", os.devnull),
+        ("credentials_file", os.devnull),
+    ):
+        store.set_config_variable(name, value)
+    return boto3.session.Session(
+        aws_access_key_id=FAKE_SECRET,
+        aws_secret_access_key=FAKE_SECRET,
+        aws_session_token=FAKE_SECRET,
+        region_name=LOCAL_REGION,
+        botocore_session=core,
+    )
+
+
+def local_client(service: str, endpoint_url: str, *, max_pool_connections: int = 10) -> Any:
+    """A client of :func:`local_session` for ``service`` at ``endpoint_url`` (the retries and
+    timeouts the Lambda functions' clients use)."""
+    from botocore.config import Config
+
+    config = Config(
+        max_pool_connections=max_pool_connections,
+        retries={"mode": "standard", "max_attempts": 4},
+        connect_timeout=5,
+        read_timeout=30,
+    )
+    return local_session().client(service, endpoint_url=endpoint_url, config=config)
 
 
 def load_template(path: str | Path = DEFAULT_TEMPLATE) -> dict[str, Any]:
@@ -109,7 +150,6 @@ class EmbeddedMoto(StartStop):
                 "the embedded AWS emulator needs moto: pip install 'rollout-sdk[local]' "
                 "(or use --dynamodb-endpoint URL)"
             ) from exc
-        use_fake_aws_credentials()
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         self.endpoint_url = ""
 
@@ -136,7 +176,8 @@ class EmbeddedMoto(StartStop):
 
 @dataclass
 class LocalResources:
-    """What :func:`provision` created, and the environment ``handler.py`` needs to use it."""
+    """What :func:`provision` created, and the environment ``handler.py`` needs to use it (the
+    functions' variables, and fake credentials where Lambda would put real ones)."""
 
     endpoint_url: str
     table_name: str
@@ -164,12 +205,8 @@ def provision_table(
 ) -> str:
     """Create the template's rollout table (with TTL) on a DynamoDB-compatible endpoint, if it is
     missing; nothing else is created there. Returns the table name."""
-    import boto3
-
     template = load_template(template_path)
-    ddb = boto3.session.Session(region_name=LOCAL_REGION).client(
-        "dynamodb", endpoint_url=endpoint_url
-    )
+    ddb = local_session().client("dynamodb", endpoint_url=endpoint_url)
     if table_name not in ddb.list_tables()["TableNames"]:
         ddb.create_table(**table_definition(template, table_name))
         # Some emulators have no TTL; reads ignore expired records anyway.
@@ -191,11 +228,8 @@ def provision(
 ) -> LocalResources:
     """Create the template's table (with TTL), the payload bucket, the server-key secret and a
     worker function that moto echoes, on the emulator at ``endpoint_url``. Idempotent."""
-    import boto3
-
-    use_fake_aws_credentials()
     template = load_template(template_path)
-    session = boto3.session.Session(region_name=LOCAL_REGION)
+    session = local_session()
     ddb = session.client("dynamodb", endpoint_url=endpoint_url)
     s3 = session.client("s3", endpoint_url=endpoint_url)
     sm = session.client("secretsmanager", endpoint_url=endpoint_url)
@@ -257,6 +291,7 @@ def provision(
         },
     )["QueueUrl"]
     environment = {
+        **FAKE_FUNCTION_CREDENTIALS,
         "QUEUE_URL": queue_url,
         "CALLBACK_KEY_KMS_KEY_ID": kms_key_id,
         "TABLE_NAME": table,

@@ -54,23 +54,22 @@ def open_dynamodb_store(
     """
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from rollout_sdk.aws.runtime import AwsClients
     from rollout_sdk.errors import StoreError
-    from rollout_sdk.local.emulator import provision_table, use_fake_aws_credentials
+    from rollout_sdk.local.emulator import local_client, provision_table
     from rollout_sdk.store.dynamodb import DynamoDBStore
 
-    use_fake_aws_credentials()
-    clients = AwsClients(endpoint_url=endpoint_url, max_pool_connections=max_connections)
+    # Clients of their own, with fake credentials given to them: the local server neither
+    # uses the Lambda runtime's clients nor changes the process's AWS environment.
+    dynamodb = local_client("dynamodb", endpoint_url, max_pool_connections=max_connections)
+    s3 = local_client("s3", endpoint_url, max_pool_connections=max_connections)
     bucket = "rollout-sdk-local-payloads" if with_payload_bucket else None
     try:
         table = provision_table(endpoint_url, template_path=template)
         if bucket:
-            clients.s3.create_bucket(Bucket=bucket)
+            s3.create_bucket(Bucket=bucket)
     except (BotoCoreError, ClientError) as exc:
         raise StoreError(f"cannot use the DynamoDB endpoint {endpoint_url}: {exc}") from exc
-    return DynamoDBStore(
-        table, client=clients.dynamodb, s3=clients.s3 if bucket else None, bucket=bucket
-    )
+    return DynamoDBStore(table, client=dynamodb, s3=s3 if bucket else None, bucket=bucket)
 
 
 class StateLock:

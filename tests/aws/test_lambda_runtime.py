@@ -7,26 +7,29 @@ from typing import Any
 
 import pytest
 
-from rollout_sdk.aws.runtime import (
-    LambdaRuntime,
-    LambdaSettings,
-    check_deadlines,
-    load_lambda_settings,
-    parse_server_keys,
-)
+from rollout_sdk.aws.runtime import LambdaRuntime, check_deadlines, required_variables
+from rollout_sdk.aws.secrets import SecretServerKeys, parse_server_keys
 from rollout_sdk.errors import ConfigurationError
 from rollout_sdk.local.emulator import LocalResources
-from rollout_sdk.settings import load_settings
+from rollout_sdk.settings import LambdaSettings, RolloutSettings, load_settings
 
 
-def _lambda_settings(**values: Any) -> LambdaSettings:
-    return LambdaSettings.model_validate({"AGENT_LOOP": "m:a", "TABLE_NAME": "t", **values})
+def _settings(request_timeout: float, **aws: Any) -> RolloutSettings:
+    return load_settings(
+        server={"request_timeout_seconds": request_timeout},
+        aws={"AGENT_LOOP": "m:a", "TABLE_NAME": "t", **aws},
+    )
+
+
+def _secret_keys(runtime: LambdaRuntime) -> SecretServerKeys:
+    keys = runtime.server_keys
+    assert isinstance(keys, SecretServerKeys)
+    return keys
 
 
 def test_a_request_timeout_longer_than_the_worker_allows_is_refused() -> None:
-    settings = load_settings(server={"request_timeout_seconds": 895})
     with pytest.raises(ConfigurationError) as caught:
-        check_deadlines(settings, _lambda_settings(WORKER_TIMEOUT_SECONDS=900))
+        check_deadlines(_settings(895, WORKER_TIMEOUT_SECONDS=900))
     message = str(caught.value)
     assert "OSMOSIS_ROLLOUT_SERVER_REQUEST_TIMEOUT_SECONDS" in message
     assert "WorkerTimeout" in message
@@ -34,22 +37,47 @@ def test_a_request_timeout_longer_than_the_worker_allows_is_refused() -> None:
 
 
 def test_a_request_timeout_that_fits_is_accepted() -> None:
-    settings = load_settings(server={"request_timeout_seconds": 890})
-    check_deadlines(settings, _lambda_settings(WORKER_TIMEOUT_SECONDS=900))
+    check_deadlines(_settings(890, WORKER_TIMEOUT_SECONDS=900))
 
 
 def test_a_worker_timeout_over_lambdas_limit_is_refused() -> None:
     with pytest.raises(ValueError, match="900"):
-        _lambda_settings(WORKER_TIMEOUT_SECONDS=901)
+        LambdaSettings.model_validate({"WORKER_TIMEOUT_SECONDS": 901})
+
+
+def test_a_bad_lambda_variable_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORKER_TIMEOUT_SECONDS", "901")
+    monkeypatch.setenv("HAND_OFF", "sideways")
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings()
+    assert "WORKER_TIMEOUT_SECONDS: Input should be less than or equal to 900" in str(caught.value)
+    assert "HAND_OFF" in str(caught.value)
+
+
+def test_the_local_tools_need_no_lambda_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("AGENT_LOOP", "TABLE_NAME", "WORKER_FUNCTION_NAME", "SERVER_KEY_SECRET_ARN"):
+        monkeypatch.delenv(name, raising=False)
+    aws = load_settings().aws
+    assert (aws.agent_loop, aws.table_name, aws.hand_off) == (None, None, "direct")
 
 
 def test_missing_environment_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AGENT_LOOP", raising=False)
     monkeypatch.delenv("TABLE_NAME", raising=False)
     with pytest.raises(ConfigurationError) as caught:
-        load_lambda_settings()
-    assert "AGENT_LOOP" in str(caught.value)
+        LambdaRuntime.from_environment()
+    message = str(caught.value)
+    assert "AGENT_LOOP: not set" in message
+    assert "TABLE_NAME: not set" in message
+    assert "template.yaml" in message
+
+
+def test_one_missing_variable_is_named_alone() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        required_variables(LambdaSettings.model_validate({"AGENT_LOOP": "m:a"}))
     assert "TABLE_NAME" in str(caught.value)
+    assert "AGENT_LOOP" not in str(caught.value)
+    assert required_variables(LambdaSettings(agent_loop="m:a", table_name="t")) == ("m:a", "t")
 
 
 @pytest.mark.parametrize(
@@ -101,16 +129,12 @@ def test_rotation_two_keys_valid_at_once_and_the_secret_is_cached(
         "before-call.secrets-manager.GetSecretValue", lambda **_: calls.append("get")
     )
     event = load_event(ROOT / "events" / "platform-health.json")
-    runtime.lambda_settings = runtime.lambda_settings.model_copy(
-        update={"secret_max_age_seconds": 0}
-    )
+    _secret_keys(runtime).max_age_seconds = 0
     for key in ("new-key", "local-server-key"):
         event["headers"]["authorization"] = f"Bearer {key}"
         assert invoke(handler, "ApiFunction", event, timeout_seconds=29).result["statusCode"] == 200
     assert len(calls) == 2  # max age 0: read on every request
-    runtime.lambda_settings = runtime.lambda_settings.model_copy(
-        update={"secret_max_age_seconds": 300}
-    )
+    _secret_keys(runtime).max_age_seconds = 300
     calls.clear()
     for _ in range(3):
         assert invoke(handler, "ApiFunction", event, timeout_seconds=29).result["statusCode"] == 200
@@ -123,9 +147,7 @@ def test_an_empty_secret_fails_closed(handler: Any, resources: LocalResources) -
     from .conftest import ROOT
 
     runtime: LambdaRuntime = handler.runtime
-    runtime.lambda_settings = runtime.lambda_settings.model_copy(
-        update={"secret_max_age_seconds": 0}
-    )
+    _secret_keys(runtime).max_age_seconds = 0
     runtime.clients.secretsmanager.put_secret_value(
         SecretId=resources.secret_arn, SecretString="[]"
     )
@@ -145,9 +167,7 @@ def test_an_unreadable_secret_is_503_with_retry_after(handler: Any) -> None:
     from .conftest import ROOT
 
     runtime: LambdaRuntime = handler.runtime
-    runtime.lambda_settings = runtime.lambda_settings.model_copy(
-        update={"secret_max_age_seconds": 0}
-    )
+    _secret_keys(runtime).max_age_seconds = 0
     sm = runtime.clients.secretsmanager
 
     def unavailable(**_: Any) -> None:

@@ -34,7 +34,7 @@ _TABLES = itertools.count()
 
 async def dynamodb_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     """DynamoDBStore over HTTP to moto's server, on a fresh table made from template.yaml."""
-    from rollout_sdk.aws.runtime import AwsClients
+    from rollout_sdk.aws.clients import AwsClients
     from rollout_sdk.local.emulator import load_template, table_definition
     from rollout_sdk.store.dynamodb import DynamoDBStore
 

@@ -1,0 +1,33 @@
+"""The worker function's on-failure destination: Lambda gave up on a worker event (its retries
+exhausted, or the event aged out in Lambda's queue)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from rollout_sdk.dispatch.aws_lambda import failure_from_event
+
+if TYPE_CHECKING:
+    from rollout_sdk.aws.runtime import InvocationContext, LambdaRuntime
+
+logger = logging.getLogger("rollout_sdk.lambda")
+
+
+def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None) -> dict[str, Any]:
+    """Send the stored response, or an ERROR naming the failure, once; the record says it was
+    settled here. A malformed record is answered ``rejected``, not raised."""
+    # Powertools has no data class (nor parser model) for an asynchronous invocation's
+    # destination record ("requestContext", "requestPayload", "responsePayload"); its only
+    # on-failure model is for DynamoDB streams. failure_from_event reads the few fields used.
+    try:
+        job, reason = failure_from_event(event)
+    except ValueError as exc:
+        logger.error("malformed failure record: %s", exc)
+        return {"status": "rejected", "error": str(exc)}
+    record = runtime.run(runtime.worker.report_failed_job(job, reason=reason))
+    return {
+        "status": "settled",
+        "rollout_id": job.rollout_id,
+        "state": record.state.value if record else "absent",
+    }

@@ -1,0 +1,89 @@
+"""The API function's server keys, read from a Secrets Manager secret.
+
+Read through Powertools Parameters, whose cache lives as long as the execution environment; the
+first request that needs a key reads it, never the import.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from rollout_sdk.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.parameters import SecretsProvider
+    from mypy_boto3_secretsmanager import SecretsManagerClient
+
+#: Reads a secret's value: (name, max age in seconds) -> the value.
+SecretReader = Callable[[str, int], str]
+
+
+def parse_server_keys(secret: str | None) -> list[str]:
+    """Server keys from a secret value: one key, a JSON list of keys, or ``{"keys": [...]}``.
+
+    Several keys may be valid at once, so a key can be rotated without downtime. An empty or
+    blank secret is a ConfigurationError: the server must never run open by accident.
+    """
+    text = (secret or "").strip()
+    if not text:
+        raise ConfigurationError("the server-key secret is empty; put the server key in it")
+    if text.startswith(("[", "{")):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigurationError(f"the server-key secret is not valid JSON: {exc.msg}") from exc
+        keys = value.get("keys") if isinstance(value, dict) else value
+        if (
+            not isinstance(keys, list)
+            or not keys
+            or not all(isinstance(k, str) and k.strip() for k in keys)
+        ):
+            raise ConfigurationError(
+                "the server-key secret must be a key, a non-empty JSON list of keys, or "
+                '{"keys": [...]}, with no blank key'
+            )
+        return [k.strip() for k in keys]
+    return [text]
+
+
+class SecretServerKeys:
+    """The valid server keys (the app's key provider), from the secret ``name``.
+
+    The value is cached for ``max_age_seconds`` (0 reads it on every call). ``reader`` replaces
+    Powertools' secrets provider over ``client``. Raises ConfigurationError for a value that holds
+    no key; the provider's own errors pass through (the app answers 503 for them).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        max_age_seconds: int,
+        client: Callable[[], SecretsManagerClient] | None = None,
+        reader: SecretReader | None = None,
+    ) -> None:
+        self.name = name
+        self.max_age_seconds = max_age_seconds
+        self._client = client
+        self._reader = reader
+
+    def __call__(self) -> list[str]:
+        reader = self._reader or self._read
+        return parse_server_keys(reader(self.name, self.max_age_seconds))
+
+    @cached_property
+    def _provider(self) -> SecretsProvider:
+        from aws_lambda_powertools.utilities.parameters import SecretsProvider
+
+        return SecretsProvider(boto3_client=self._client() if self._client else None)
+
+    def _read(self, name: str, max_age: int) -> str:
+        value = self._provider.get(name, max_age=max_age)
+        if isinstance(value, bytes):
+            return value.decode()
+        if not isinstance(value, str):
+            raise ConfigurationError(f"secret {name} is not a string")
+        return value
