@@ -34,6 +34,7 @@ from typing import Any
 
 from examples.calculator.agent import agent_loop
 from rollout_sdk.dispatch.base import Job
+from rollout_sdk.engine.assembly import Engine
 from rollout_sdk.engine.client import TrainGateClient
 from rollout_sdk.engine.record import RolloutRecord
 from rollout_sdk.engine.worker import RolloutWorker
@@ -69,7 +70,9 @@ async def _prepare(
     client = TrainGateClient(
         RolloutClientSettings(max_connections=5000, max_keepalive_connections=1000)
     )
-    worker = RolloutWorker(agent_loop, store, client, settings)
+    worker = Engine.build(
+        store=store, client=client, settings=settings, agent_loop=agent_loop
+    ).require_worker()
     now = time.time()
     ids = []
     for i in range(count):

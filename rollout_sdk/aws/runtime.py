@@ -26,7 +26,10 @@ if TYPE_CHECKING:
 
     from rollout_sdk.agent.loop import RolloutAgentLoop
     from rollout_sdk.dispatch.base import Dispatcher
+    from rollout_sdk.engine.assembly import Engine
     from rollout_sdk.engine.client import TrainGateClient
+    from rollout_sdk.engine.recovery import Recovery
+    from rollout_sdk.engine.settlement import Settlement
     from rollout_sdk.engine.vault import KeyVault
     from rollout_sdk.engine.worker import RolloutWorker
     from rollout_sdk.settings import LambdaSettings, RolloutSettings
@@ -171,13 +174,33 @@ class LambdaRuntime:
         return KmsVault(key_id, client=lambda: self.clients.kms) if key_id else None
 
     @cached_property
-    def worker(self) -> RolloutWorker:
-        """The worker, on the same store and client."""
-        from rollout_sdk.engine.worker import RolloutWorker
+    def engine(self) -> Engine:
+        """The environment's one engine (worker, delivery, settlement, recovery), on the same
+        store, client and vault; the API function's app shares it."""
+        from rollout_sdk.engine.assembly import Engine
 
-        return RolloutWorker(
-            self.agent_loop, self.store, self.client, self.settings, vault=self.vault
+        return Engine.build(
+            store=self.store,
+            client=self.client,
+            settings=self.settings,
+            vault=self.vault,
+            agent_loop=self.agent_loop,
         )
+
+    @cached_property
+    def worker(self) -> RolloutWorker:
+        """The engine's worker (the worker and queue functions run it)."""
+        return self.engine.require_worker()
+
+    @cached_property
+    def settlement(self) -> Settlement:
+        """The engine's settlement (the failure destination and the dead-letter queue)."""
+        return self.engine.settlement
+
+    @cached_property
+    def recovery(self) -> Recovery:
+        """The engine's recovery (the scheduled re-drive)."""
+        return self.engine.recovery
 
     # ------------------------------------------------------------------ API function
 
@@ -218,14 +241,12 @@ class LambdaRuntime:
         return create_app(
             self.agent_loop,
             settings=self.settings,
-            store=self.store,
+            engine=self.engine,
             dispatcher=self.dispatcher,
-            client=self.client,
             key_provider=self.server_keys,
             docs=self.aws.enable_docs,
             # Nothing may run after a Lambda response: no timers. The re-drive and the failure
             # destination are functions of their own, and the key is sealed only when parked.
-            vault=self.vault,
             seal_at_init=False,
             sweep_on_start=False,
             redrive=False,

@@ -9,7 +9,7 @@
   scheduled function on AWS, and ``rollout-sdk redrive``). Running rollouts whose lease ran out
   and whose callback key is sealed in the record (the local server's) are settled too.
 
-Every action goes through :meth:`RolloutWorker.settle`, whose conditional moves make concurrent
+Every action goes through :meth:`Settlement.settle`, whose conditional moves make concurrent
 recoverers harmless: one of them holds the lease and reports, the others find it held.
 """
 
@@ -19,10 +19,14 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rollout_sdk.engine.record import RecordState, RolloutRecord
-from rollout_sdk.engine.worker import RolloutWorker
 from rollout_sdk.errors import RolloutError
+
+if TYPE_CHECKING:
+    from rollout_sdk.engine.settlement import Settlement
+    from rollout_sdk.store.base import Store
 
 logger = logging.getLogger("rollout_sdk.engine.recovery")
 
@@ -64,13 +68,19 @@ class RecoveryReport:
 
 
 class Recovery:
-    """Sweeps and re-drives over one store, through one worker."""
+    """Sweeps and re-drives over one store, through settlement."""
 
     def __init__(
-        self, worker: RolloutWorker, *, clock: Callable[[], float] | None = None, page: int = 200
+        self,
+        settlement: Settlement,
+        *,
+        store: Store,
+        clock: Callable[[], float],
+        page: int = 200,
     ) -> None:
-        self.worker = worker
-        self.clock = clock or worker.clock
+        self.settlement = settlement
+        self.store = store
+        self.clock = clock
         self.page = page
 
     async def _settle_all(
@@ -79,7 +89,9 @@ class Recovery:
         for record in records:
             report.examined += 1
             try:
-                outcome = await self.worker.settle(record.rollout_id, reason=reason, force=force)
+                outcome = await self.settlement.settle(
+                    record.rollout_id, reason=reason, force=force
+                )
             except RolloutError as exc:
                 report.failed[record.rollout_id] = str(exc)
                 logger.error(
@@ -95,7 +107,7 @@ class Recovery:
         while True:
             batch = [
                 r
-                for r in await self.worker.store.scan(
+                for r in await self.store.scan(
                     (RecordState.ACCEPTED, RecordState.RUNNING, RecordState.FINISHED),
                     now=self.clock(),
                     limit=self.page,
@@ -116,7 +128,7 @@ class Recovery:
         record holds the sealed callback key to report them with)."""
         report = RecoveryReport()
         now = self.clock()
-        candidates = await self.worker.store.scan(
+        candidates = await self.store.scan(
             (RecordState.FINISHED, RecordState.RUNNING), now=now, limit=max(limit * 4, limit)
         )
         due = [

@@ -20,7 +20,7 @@ from rollout_sdk.protocol import InitResponse, RolloutRequest
 if TYPE_CHECKING:
     from rollout_sdk.agent.loop import RolloutAgentLoop
     from rollout_sdk.dispatch.base import Dispatcher
-    from rollout_sdk.engine.worker import RolloutWorker
+    from rollout_sdk.engine.assembly import Engine
     from rollout_sdk.settings import RolloutSettings
     from rollout_sdk.store.base import Store
 
@@ -39,7 +39,7 @@ class RolloutService:
         dispatcher: Dispatcher,
         settings: RolloutSettings,
         *,
-        worker: RolloutWorker | None = None,
+        engine: Engine | None = None,
         seal_at_init: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -48,7 +48,8 @@ class RolloutService:
         self.store = store
         self.dispatcher = dispatcher
         self.settings = settings
-        self.worker = worker
+        #: What cancel needs: the vault, the cancel signals of this process, settlement.
+        self.engine = engine
         #: Keep the callback key (sealed) in the record from init on: the local server does, so
         #: that its restart sweep and cancel can report rollouts no process holds any more.
         self.seal_at_init = seal_at_init
@@ -72,7 +73,7 @@ class RolloutService:
             now=now,
             ttl_seconds=self.settings.server.record_ttl_seconds,
         )
-        vault = self.worker.vault if self.worker is not None else None
+        vault = self.engine.vault if self.engine is not None else None
         if self.seal_at_init and vault is not None and request.api_key is not None:
             record = record.evolve(sealed_key=vault.seal(request.api_key))
         created = await self.store.create(record, now=now)
@@ -184,13 +185,16 @@ class RolloutService:
         if not marked.applied or marked.record is None:
             return await self.cancel(rollout_id)  # it moved on meanwhile: answer for its new state
         logger.info("cancel requested", extra={"rollout_id": rollout_id})
-        if self.worker is None:
+        if self.engine is None:
             return marked.record
-        running_here = self.worker.cancels.get(rollout_id)
-        if running_here is not None:
-            running_here.set()  # stops before its next turn
-        elif marked.record.state == RecordState.ACCEPTED and marked.record.sealed_key:
-            settled = await self.worker.settle(
+        # Running in this process: signalled, it stops before its next turn.
+        running_here = self.engine.cancels.signal(rollout_id)
+        if (
+            not running_here
+            and marked.record.state == RecordState.ACCEPTED
+            and marked.record.sealed_key
+        ):
+            settled = await self.engine.settlement.settle(
                 rollout_id, reason="rollout cancelled before it started", finish_reason="cancelled"
             )
             return settled or marked.record

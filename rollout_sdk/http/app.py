@@ -25,8 +25,8 @@ from rollout_sdk.agent.loop import RolloutAgentLoop
 from rollout_sdk.agent.validation import validate_agent_loop
 from rollout_sdk.dispatch.base import Dispatcher
 from rollout_sdk.dispatch.inprocess import InProcessDispatcher
+from rollout_sdk.engine.assembly import Engine
 from rollout_sdk.engine.client import TrainGateClient
-from rollout_sdk.engine.recovery import Recovery
 from rollout_sdk.engine.service import RolloutService, record_status
 from rollout_sdk.engine.vault import KeyVault, LocalVault
 from rollout_sdk.engine.worker import RolloutWorker
@@ -49,11 +49,24 @@ class Runtime:
     """What the app runs on; ``app.state.runtime`` holds it for the wiring and tests."""
 
     service: RolloutService
-    worker: RolloutWorker
+    engine: Engine
     dispatcher: Dispatcher
-    store: Store
-    client: TrainGateClient
     settings: RolloutSettings
+
+    @property
+    def store(self) -> Store:
+        """The engine's store."""
+        return self.engine.store
+
+    @property
+    def client(self) -> TrainGateClient:
+        """The engine's TrainGate client."""
+        return self.engine.client
+
+    @property
+    def worker(self) -> RolloutWorker:
+        """The engine's worker."""
+        return self.engine.require_worker()
 
 
 async def _call(hook: Hook | None) -> None:
@@ -83,6 +96,7 @@ def create_app(
     dispatcher: Dispatcher | None = None,
     client: TrainGateClient | None = None,
     vault: KeyVault | None = None,
+    engine: Engine | None = None,
     seal_at_init: bool = True,
     sweep_on_start: bool = False,
     redrive: bool = True,
@@ -95,7 +109,8 @@ def create_app(
     read at request time (the Lambda reads them from Secrets Manager). ``store`` defaults to an
     in-memory store and ``dispatcher`` to an in-process one bounded by ``max_concurrent`` (and
     ``ROLLOUT_SDK_MAX_QUEUED_ROLLOUTS``). ``vault`` seals callback keys (default: AES-GCM under
-    a key held in memory), kept in the record from init on when ``seal_at_init``.
+    a key held in memory), kept in the record from init on when ``seal_at_init``. ``engine``
+    instead of those three: the runtime's one engine (the Lambda composition root builds it).
     ``sweep_on_start`` reports, at start-up, every rollout the store still shows in flight (only
     for a durable store this process owns alone); ``redrive`` re-sends undelivered responses on a
     timer while the app runs.
@@ -128,11 +143,19 @@ def create_app(
             raise ConfigurationError(f"create_app: {exc}") from exc
         settings = settings.model_copy(update={"server": server})
 
-    # ``is None``, not ``or``: an empty MemoryStore has len 0 and would be silently replaced.
-    store = store if store is not None else MemoryStore()
-    client = client if client is not None else TrainGateClient(settings.client)
-    vault = vault if vault is not None else LocalVault()
-    worker = RolloutWorker(agent_loop, store, client, settings, vault=vault, debug_dir=debug_dir)
+    if engine is None:
+        # ``is None``, not ``or``: an empty MemoryStore has len 0 and would be silently replaced.
+        engine = Engine.build(
+            store=store if store is not None else MemoryStore(),
+            client=client if client is not None else TrainGateClient(settings.client),
+            settings=settings,
+            vault=vault if vault is not None else LocalVault(),
+            agent_loop=agent_loop,
+            debug_dir=debug_dir,
+        )
+    elif store is not None or client is not None or vault is not None:
+        raise ConfigurationError("create_app: pass either engine or store/client/vault, not both")
+    worker = engine.require_worker()
     dispatcher = (
         dispatcher
         if dispatcher is not None
@@ -143,17 +166,16 @@ def create_app(
             retry_after=settings.kit.retry_after_seconds,
         )
     )
-    recovery = Recovery(worker)
+    recovery = engine.recovery
     runtime = Runtime(
         service=RolloutService(
-            agent_loop, store, dispatcher, settings, worker=worker, seal_at_init=seal_at_init
+            agent_loop, engine.store, dispatcher, settings, engine=engine, seal_at_init=seal_at_init
         ),
-        worker=worker,
+        engine=engine,
         dispatcher=dispatcher,
-        store=store,
-        client=client,
         settings=settings,
     )
+    store, client = engine.store, engine.client
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -216,10 +216,9 @@ def _cmd_register(args: argparse.Namespace) -> int:
 def _cmd_redrive(args: argparse.Namespace) -> int:
     import asyncio
 
+    from rollout_sdk.engine.assembly import Engine
     from rollout_sdk.engine.client import TrainGateClient
-    from rollout_sdk.engine.recovery import Recovery
     from rollout_sdk.engine.vault import LocalVault
-    from rollout_sdk.engine.worker import RolloutWorker
     from rollout_sdk.errors import ConfigurationError, StoreError
     from rollout_sdk.local.server import KEY_FILE
     from rollout_sdk.settings import get_settings
@@ -231,23 +230,19 @@ def _cmd_redrive(args: argparse.Namespace) -> int:
             f"no local store at {path}: run this where `rollout-sdk serve` keeps its state", 1
         )
 
-    class _NoAgent:
-        # The re-drive only sends stored responses; it never runs an agent.
-        name = "redrive"
-
     async def once() -> int:
         settings = get_settings()
         store = SQLiteStore(path)
         client = TrainGateClient(settings.client)
-        worker = RolloutWorker(
-            _NoAgent(),  # type: ignore[arg-type]
-            store,
-            client,
-            settings,
+        # Delivery and settlement only: the re-drive sends stored responses, it runs no agent.
+        engine = Engine.build(
+            store=store,
+            client=client,
+            settings=settings,
             vault=LocalVault(Path(args.state_dir) / KEY_FILE),
         )
         try:
-            report = await Recovery(worker).redrive(limit=args.limit)
+            report = await engine.recovery.redrive(limit=args.limit)
         finally:
             await client.aclose()
             await store.close()

@@ -9,11 +9,11 @@ from typing import Any
 import httpx
 
 from rollout_sdk.dispatch.base import Job
+from rollout_sdk.engine.assembly import Engine
 from rollout_sdk.engine.client import CHAT_PATH, COMPLETED_PATH, TrainGateClient
 from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
-from rollout_sdk.engine.recovery import RESTART_REASON, Recovery
+from rollout_sdk.engine.recovery import RESTART_REASON
 from rollout_sdk.engine.vault import LocalVault
-from rollout_sdk.engine.worker import RolloutWorker
 from rollout_sdk.protocol import InitResponse, RolloutResponse, RolloutStatus
 from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.base import TransitionResult
@@ -26,7 +26,7 @@ KEY = "cb-key"
 
 async def rig(
     *, gate: FakeTrainGate | None = None, sealed: bool = True, ids: tuple[str, ...] = ("r1",)
-) -> tuple[RolloutWorker, MemoryStore, FakeTrainGate, LocalVault]:
+) -> tuple[Engine, MemoryStore, FakeTrainGate, LocalVault]:
     store = MemoryStore()
     gate = gate or FakeTrainGate()
     vault = LocalVault()
@@ -46,8 +46,10 @@ async def rig(
         if sealed:
             record = record.evolve(sealed_key=vault.seal(KEY))
         assert (await store.create(record, now=now)).created
-    worker = RolloutWorker(EchoAgent(), store, client, load_settings(), vault=vault)
-    return worker, store, gate, vault
+    engine = Engine.build(
+        store=store, client=client, settings=load_settings(), vault=vault, agent_loop=EchoAgent()
+    )
+    return engine, store, gate, vault
 
 
 # What a worker leaves behind, made with the worker's own moves (attempt 1).
@@ -109,7 +111,7 @@ async def _make_due(store: MemoryStore, rid: str) -> None:
 
 
 async def test_the_restart_sweep_reports_every_rollout_in_flight_once_and_runs_none() -> None:
-    worker, store, gate, _ = await rig(ids=("queued", "running", "finished", "done"))
+    engine, store, gate, _ = await rig(ids=("queued", "running", "finished", "done"))
     await _claim(store, "running", lease_until=time.time() + 600)
     stored = RolloutResponse(rollout_id="finished", status=RolloutStatus.COMPLETED, reward=1.0)
     await _claim(store, "finished", lease_until=time.time() + 600)
@@ -118,7 +120,7 @@ async def test_the_restart_sweep_reports_every_rollout_in_flight_once_and_runs_n
     await _finish(store, "done", stored, lease_until=time.time() + 600)
     await _deliver(store, "done")
 
-    report = await Recovery(worker).sweep_after_restart()
+    report = await engine.recovery.sweep_after_restart()
 
     assert sorted(report.delivered) == ["finished", "queued", "running"]
     assert gate.on(CHAT_PATH) == []  # nothing is run again
@@ -129,20 +131,20 @@ async def test_the_restart_sweep_reports_every_rollout_in_flight_once_and_runs_n
         assert sent[rid]["status"] == "ERROR"
         assert sent[rid]["error_message"] == RESTART_REASON
     assert all(r.headers["authorization"] == f"Bearer {KEY}" for r in gate.on(COMPLETED_PATH))
-    again = await Recovery(worker).sweep_after_restart()
+    again = await engine.recovery.sweep_after_restart()
     assert again.examined == 0
     assert len(gate.on(COMPLETED_PATH)) == 3
 
 
 async def test_a_parked_response_is_redriven_when_due_and_only_then() -> None:
     gate = FakeTrainGate(completed=[httpx.Response(503), httpx.Response(200, json={})])
-    worker, store, gate, _ = await rig(gate=gate, sealed=False)
-    parked = await worker.run(Job("r1", api_key=KEY))
+    engine, store, gate, _ = await rig(gate=gate, sealed=False)
+    parked = await engine.require_worker().run(Job("r1", api_key=KEY))
     assert parked is not None and parked.state == RecordState.FINISHED
     assert parked.next_attempt_at is not None and parked.sealed_key is not None  # sealed on parking
-    assert (await Recovery(worker).redrive()).examined == 0  # not due yet
+    assert (await engine.recovery.redrive()).examined == 0  # not due yet
     await _make_due(store, "r1")
-    report = await Recovery(worker).redrive()
+    report = await engine.recovery.redrive()
     assert report.delivered == ["r1"]
     final = await store.get("r1", now=time.time())
     assert final is not None and final.state == RecordState.DELIVERED
@@ -154,12 +156,12 @@ async def test_a_parked_response_is_redriven_when_due_and_only_then() -> None:
 
 async def test_the_redrive_gives_up_after_its_max_age() -> None:
     gate = FakeTrainGate(completed=[httpx.Response(503)])
-    worker, store, gate, _ = await rig(gate=gate)
-    await worker.run(Job("r1", api_key=KEY))
+    engine, store, gate, _ = await rig(gate=gate)
+    await engine.require_worker().run(Job("r1", api_key=KEY))
     # Finished longer ago than the re-drive's max age: the next re-drive gives up.
-    worker.settings.kit.redrive_max_age_seconds = 0
+    engine.settings.kit.redrive_max_age_seconds = 0
     await _make_due(store, "r1")
-    report = await Recovery(worker).redrive()
+    report = await engine.recovery.redrive()
     assert report.undeliverable == ["r1"]
     final = await store.get("r1", now=time.time())
     assert final is not None and final.state == RecordState.UNDELIVERABLE
@@ -168,28 +170,30 @@ async def test_the_redrive_gives_up_after_its_max_age() -> None:
 
 
 async def test_settle_leaves_a_live_lease_alone_and_takes_an_expired_one() -> None:
-    worker, store, gate, _ = await rig()
+    engine, store, gate, _ = await rig()
     await _claim(store, "r1", lease_until=time.time() + 60)
-    held = await worker.settle("r1", reason="x")
+    held = await engine.settlement.settle("r1", reason="x")
     assert held is not None and held.state == RecordState.RUNNING
     assert gate.on(COMPLETED_PATH) == []
     await _renew(store, "r1", lease_until=time.time() - 1)
-    settled = await worker.settle("r1", reason="the worker died")
+    settled = await engine.settlement.settle("r1", reason="the worker died")
     assert settled is not None and settled.state == RecordState.DELIVERED
     (sent,) = gate.bodies(COMPLETED_PATH)
     assert (sent["status"], sent["error_message"]) == ("ERROR", "the worker died")
 
 
 async def test_concurrent_recoverers_report_a_rollout_once() -> None:
-    worker, store, gate, _ = await rig()
+    engine, store, gate, _ = await rig()
     await _claim(store, "r1", lease_until=time.time() - 1)
-    outcomes = await asyncio.gather(*(worker.settle("r1", reason="died") for _ in range(10)))
+    outcomes = await asyncio.gather(
+        *(engine.settlement.settle("r1", reason="died") for _ in range(10))
+    )
     assert sum(o is not None and o.state == RecordState.DELIVERED for o in outcomes) >= 1
     assert len(gate.on(COMPLETED_PATH)) == 1
 
 
 async def test_a_kit_failure_inside_the_worker_still_reports_an_error() -> None:
-    worker, store, gate, _ = await rig(sealed=False)
+    engine, store, gate, _ = await rig(sealed=False)
     real = store.finish
     calls = 0
 
@@ -201,7 +205,7 @@ async def test_a_kit_failure_inside_the_worker_still_reports_an_error() -> None:
         return await real(rollout_id, **kwargs)
 
     store.finish = broken_once  # type: ignore[method-assign]
-    final = await worker.run(Job("r1", api_key=KEY))
+    final = await engine.require_worker().run(Job("r1", api_key=KEY))
     assert final is not None and final.state == RecordState.DELIVERED
     (sent,) = gate.bodies(COMPLETED_PATH)
     assert sent["status"] == "ERROR"
@@ -209,8 +213,8 @@ async def test_a_kit_failure_inside_the_worker_still_reports_an_error() -> None:
 
 
 async def test_a_redelivered_job_waits_out_a_live_owner_and_sends_nothing() -> None:
-    worker, store, gate, _ = await rig()
-    worker.settings.kit.heartbeat_seconds = 1.0
+    engine, store, gate, _ = await rig()
+    engine.settings.kit.heartbeat_seconds = 1.0
     await _claim(store, "r1", lease_until=time.time() + 0.3)
 
     async def owner_reports() -> None:
@@ -220,6 +224,6 @@ async def test_a_redelivered_job_waits_out_a_live_owner_and_sends_nothing() -> N
         await _deliver(store, "r1")
 
     owner = asyncio.create_task(owner_reports())
-    assert await worker.run(Job("r1", api_key=KEY)) is None
+    assert await engine.require_worker().run(Job("r1", api_key=KEY)) is None
     await owner
     assert gate.on(COMPLETED_PATH) == []

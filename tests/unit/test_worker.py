@@ -12,9 +12,11 @@ import pytest
 
 from rollout_sdk.agent.loop import RolloutContext, RolloutResult
 from rollout_sdk.dispatch.base import Job
+from rollout_sdk.engine.assembly import Engine
 from rollout_sdk.engine.client import CHAT_PATH, COMPLETED_PATH, TrainGateClient
 from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
-from rollout_sdk.engine.worker import RolloutWorker, error_response
+from rollout_sdk.engine.responses import error_response
+from rollout_sdk.engine.worker import RolloutWorker
 from rollout_sdk.protocol import InitResponse, Message, RolloutRequest, RolloutStatus
 from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.memory import MemoryStore
@@ -124,8 +126,10 @@ async def make_rig(
         ttl_seconds=3600,
     )
     assert (await store.create(record, now=now)).created
-    worker = RolloutWorker(agent or TwoTurnAgent(), store, client, load_settings())
-    return Rig(worker, store, gate, sleep, request)
+    engine = Engine.build(
+        store=store, client=client, settings=load_settings(), agent_loop=agent or TwoTurnAgent()
+    )
+    return Rig(engine.require_worker(), store, gate, sleep, request)
 
 
 JOB = Job(rollout_id="rollout-1", attempt=1, api_key="cb-key")
@@ -318,13 +322,13 @@ async def test_redelivery_resends_the_identical_response_then_stops() -> None:
     parked = await rig.worker.run(JOB)
     assert parked is not None
     assert parked.state == RecordState.FINISHED
-    delivered = await rig.worker.deliver(parked, api_key="cb-key")
+    delivered = await rig.worker.delivery.deliver(parked, api_key="cb-key")
     assert delivered.state == RecordState.DELIVERED
     assert delivered.delivery_attempts == 3
     bodies = rig.gate.bodies(COMPLETED_PATH)
     assert len(bodies) == 3
     assert bodies[0] == bodies[1] == bodies[2]
-    again = await rig.worker.deliver(delivered, api_key="cb-key")
+    again = await rig.worker.delivery.deliver(delivered, api_key="cb-key")
     assert again == delivered
     assert len(rig.gate.on(COMPLETED_PATH)) == 3  # never sent after a 2xx
 

@@ -31,7 +31,7 @@ def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None
             continue
         receives = (record.get("attributes") or {}).get("ApproximateReceiveCount", "?")
         reason = f"the queued rollout failed {receives} times (dead-letter queue)"
-        settled_record = runtime.run(runtime.worker.report_failed_job(job, reason=reason))
+        settled_record = runtime.run(runtime.settlement.report_failed_job(job, reason=reason))
         settled.append(
             {
                 "rollout_id": job.rollout_id,

@@ -25,7 +25,7 @@ def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None
     except ValueError as exc:
         logger.error("malformed failure record: %s", exc)
         return {"status": "rejected", "error": str(exc)}
-    record = runtime.run(runtime.worker.report_failed_job(job, reason=reason))
+    record = runtime.run(runtime.settlement.report_failed_job(job, reason=reason))
     return {
         "status": "settled",
         "rollout_id": job.rollout_id,

@@ -10,11 +10,9 @@ if TYPE_CHECKING:
 
 def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None) -> dict[str, Any]:
     """One pass of the re-drive over the store; answers what it found and did."""
-    from rollout_sdk.engine.recovery import Recovery
-
     # The scheduled event only says that it is time (Powertools' EventBridgeEvent would read
     # its "time" and "resources"); the pass reads the clock and the store, so it is not parsed.
-    report = runtime.run(Recovery(runtime.worker).redrive())
+    report = runtime.run(runtime.recovery.redrive())
     return {
         "status": "done",
         "examined": report.examined,

@@ -1,0 +1,100 @@
+"""The engine of one runtime, assembled once: each collaborator built once and shared.
+
+The local server (``create_app``), the Lambda composition root (``rollout_sdk.aws.runtime``)
+and ``rollout-sdk redrive`` each build one :class:`Engine`. Delivery, settlement and recovery
+need only the store, the TrainGate client and the vault; the worker exists only where an agent
+loop runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rollout_sdk.engine.cancels import CancelSignals
+from rollout_sdk.engine.delivery import Delivery
+from rollout_sdk.engine.lease import Leases
+from rollout_sdk.engine.recovery import Recovery
+from rollout_sdk.engine.settlement import Settlement
+from rollout_sdk.engine.worker import RolloutWorker
+
+if TYPE_CHECKING:
+    from rollout_sdk.agent.loop import RolloutAgentLoop
+    from rollout_sdk.engine.client import TrainGateClient
+    from rollout_sdk.engine.vault import KeyVault
+    from rollout_sdk.settings import RolloutSettings
+    from rollout_sdk.store.base import Store
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What runs rollouts and reports them, over one store and one TrainGate client."""
+
+    store: Store
+    client: TrainGateClient
+    settings: RolloutSettings
+    vault: KeyVault | None
+    leases: Leases
+    delivery: Delivery
+    settlement: Settlement
+    recovery: Recovery
+    cancels: CancelSignals
+    #: None where no agent loop runs (``rollout-sdk redrive``).
+    worker: RolloutWorker | None
+    clock: Callable[[], float]
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        store: Store,
+        client: TrainGateClient,
+        settings: RolloutSettings,
+        vault: KeyVault | None = None,
+        agent_loop: RolloutAgentLoop | None = None,
+        debug_dir: str | Path | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> Engine:
+        """Build each collaborator once; the worker only when ``agent_loop`` is given."""
+        leases = Leases(store, settings.kit, clock=clock)
+        delivery = Delivery(store, client, settings, leases=leases, vault=vault, clock=clock)
+        settlement = Settlement(store, delivery, settings, leases=leases, vault=vault, clock=clock)
+        cancels = CancelSignals()
+        worker = (
+            RolloutWorker(
+                agent_loop,
+                store=store,
+                client=client,
+                settings=settings,
+                leases=leases,
+                delivery=delivery,
+                settlement=settlement,
+                cancels=cancels,
+                debug_dir=debug_dir,
+                clock=clock,
+            )
+            if agent_loop is not None
+            else None
+        )
+        return cls(
+            store=store,
+            client=client,
+            settings=settings,
+            vault=vault,
+            leases=leases,
+            delivery=delivery,
+            settlement=settlement,
+            recovery=Recovery(settlement, store=store, clock=clock),
+            cancels=cancels,
+            worker=worker,
+            clock=clock,
+        )
+
+    def require_worker(self) -> RolloutWorker:
+        """The worker; a RuntimeError when this engine was built without an agent loop."""
+        if self.worker is None:
+            raise RuntimeError("this engine was built without an agent loop: it runs no rollouts")
+        return self.worker

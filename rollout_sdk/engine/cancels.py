@@ -1,0 +1,39 @@
+"""Cancel signals of the rollouts this process is running, so a cancel reaches them at once.
+
+A cancel is recorded in the rollout's record (``cancel_requested``) for whichever process runs
+it; the heartbeat carries the flag to a worker elsewhere. Here, the service signals a rollout
+that runs in this very process without waiting for the next heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class CancelSignals:
+    """One ``asyncio.Event`` per rollout running in this process."""
+
+    def __init__(self) -> None:
+        self._events: dict[str, asyncio.Event] = {}
+
+    @contextmanager
+    def watching(self, rollout_id: str) -> Iterator[asyncio.Event]:
+        """The rollout's cancel event while the block runs it here."""
+        event = self._events.setdefault(rollout_id, asyncio.Event())
+        try:
+            yield event
+        finally:
+            self._events.pop(rollout_id, None)
+
+    def signal(self, rollout_id: str) -> bool:
+        """Set the rollout's cancel event; False when it does not run in this process."""
+        event = self._events.get(rollout_id)
+        if event is None:
+            return False
+        event.set()
+        return True
+
+    def __contains__(self, rollout_id: object) -> bool:
+        return rollout_id in self._events

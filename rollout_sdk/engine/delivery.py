@@ -1,0 +1,128 @@
+"""Delivery: send a rollout's stored final response to TrainGate, and record how it went.
+
+The response is fixed (FINISHED) before the first attempt, so every attempt sends the same body.
+The sender holds the record's lease; the outcome is written conditionally on that holding:
+DELIVERED on a 2xx, UNDELIVERABLE on a final 4xx (or when the re-drive gives up), else parked
+for the re-drive (FINISHED with ``next_attempt_at``, the callback key sealed). It needs only the
+store, the TrainGate client and the vault: ``rollout-sdk redrive`` uses it with no agent loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
+
+if TYPE_CHECKING:
+    from rollout_sdk.engine.client import DeliveryResult, TrainGateClient
+    from rollout_sdk.engine.lease import Leases
+    from rollout_sdk.engine.vault import KeyVault
+    from rollout_sdk.settings import RolloutSettings
+    from rollout_sdk.store.base import Store, TransitionResult
+
+logger = logging.getLogger("rollout_sdk.engine.delivery")
+
+
+class Delivery:
+    """Sends stored final responses until a 2xx, and never after one."""
+
+    def __init__(
+        self,
+        store: Store,
+        client: TrainGateClient,
+        settings: RolloutSettings,
+        *,
+        leases: Leases,
+        vault: KeyVault | None = None,
+        clock: Callable[[], float],
+    ) -> None:
+        self.store = store
+        self.client = client
+        self.leases = leases
+        self.vault = vault
+        self.settings = settings
+        self.clock = clock
+
+    @property
+    def _ttl(self) -> float:
+        return float(self.settings.server.record_ttl_seconds)
+
+    async def deliver(self, record: RolloutRecord, *, api_key: str | None) -> RolloutRecord:
+        """Send the stored final response, holding the record's lease; record the outcome.
+
+        Never sends after a 2xx: the caller holds the lease (from finishing, or from claiming the
+        delivery), and every outcome is written conditionally on that holding.
+        """
+        response = record.response_model()
+        if response is None or record.state != RecordState.FINISHED:
+            return record
+        server_url = str(record.request["server_url"])
+        async with self.leases.holding(record.rollout_id, record.attempt, RecordState.FINISHED):
+            result = await self.client.complete_rollout(server_url, response, api_key=api_key)
+        return await self._record(record, result, api_key)
+
+    async def _record(
+        self, record: RolloutRecord, result: DeliveryResult, api_key: str | None
+    ) -> RolloutRecord:
+        now = self.clock()
+        attempts = record.delivery_attempts + result.attempts
+        finished_at = record.finished_at or record.updated_at
+        gave_up = now - finished_at >= self.settings.kit.redrive_max_age_seconds
+        rollout_id, attempt = record.rollout_id, record.attempt
+        if result.delivered:
+            logger.info("callback delivered", extra={"rollout_id": rollout_id})
+            moved = await self.store.deliver(
+                rollout_id,
+                attempt=attempt,
+                delivery_attempts=attempts,
+                expires_at=expiry(now, self._ttl),
+                now=now,
+            )
+        elif result.final or gave_up:
+            error = result.error if result.final else f"gave up re-sending: {result.error}"
+            logger.error(
+                "callback not delivered; not retrying",
+                extra={"rollout_id": rollout_id, "status_code": result.status_code},
+            )
+            moved = await self.store.mark_undeliverable(
+                rollout_id,
+                attempt=attempt,
+                error=error,
+                delivery_attempts=attempts,
+                expires_at=expiry(now, self._ttl),
+                now=now,
+            )
+        else:
+            logger.warning(
+                "callback failed; parked for re-drive",
+                extra={"rollout_id": rollout_id, "error": result.error},
+            )
+            moved = await self._park(record, now, result.error, api_key, attempts)
+        return moved.record or record
+
+    async def _park(
+        self,
+        record: RolloutRecord,
+        now: float,
+        error: str | None,
+        api_key: str | None,
+        delivery_attempts: int,
+    ) -> TransitionResult:
+        """FINISHED, due for re-drive, the key sealed, alive until the re-drive gives up."""
+        sealed_key = None
+        if record.sealed_key is None and api_key is not None and self.vault is not None:
+            sealed_key = self.vault.seal(api_key)
+        return await self.store.park(
+            record.rollout_id,
+            attempt=record.attempt,
+            error=error,
+            next_attempt_at=now + float(self.settings.kit.redrive_interval_seconds),
+            delivery_attempts=delivery_attempts,
+            expires_at=expiry(
+                record.finished_at or now, self._ttl + self.settings.kit.redrive_max_age_seconds
+            ),
+            now=now,
+            sealed_key=sealed_key,
+        )

@@ -1,0 +1,87 @@
+"""Leases: whoever holds a record's lease runs it or delivers its response; a heartbeat renews it.
+
+A lease that is not renewed for ``ROLLOUT_SDK_LEASE_SECONDS`` belongs to a worker that died, and
+anyone may then take the record over (by a conditional move that requires the lease to be free).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+from rollout_sdk.errors import StoreError
+
+if TYPE_CHECKING:
+    from rollout_sdk.engine.record import RecordState, RolloutRecord
+    from rollout_sdk.settings import KitSettings
+    from rollout_sdk.store.base import Store
+
+logger = logging.getLogger("rollout_sdk.engine.lease")
+
+Clock = Callable[[], float]
+
+
+class Leases:
+    """The lease rules of one runtime, and the heartbeat that keeps a lease while work runs."""
+
+    def __init__(self, store: Store, kit: KitSettings, *, clock: Clock) -> None:
+        self.store = store
+        self.kit = kit
+        self.clock = clock
+
+    @property
+    def seconds(self) -> float:
+        """How long a lease lasts unless renewed (``ROLLOUT_SDK_LEASE_SECONDS``)."""
+        return float(self.kit.lease_seconds)
+
+    @property
+    def heartbeat_seconds(self) -> float:
+        """How often a held lease is renewed (``ROLLOUT_SDK_HEARTBEAT_SECONDS``)."""
+        return float(self.kit.heartbeat_seconds)
+
+    def until(self, now: float) -> float:
+        """When a lease taken or renewed at ``now`` runs out."""
+        return now + self.seconds
+
+    @asynccontextmanager
+    async def holding(
+        self,
+        rollout_id: str,
+        attempt: int,
+        state: RecordState,
+        on_record: Callable[[RolloutRecord], None] | None = None,
+    ) -> AsyncIterator[None]:
+        """Renew the lease every ``heartbeat_seconds`` while the block runs; ``on_record`` sees
+        each renewed record (the worker reads ``cancel_requested`` from it)."""
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(self.heartbeat_seconds)
+                now = self.clock()
+                try:
+                    renewed = await self.store.renew(
+                        rollout_id,
+                        state=state,
+                        attempt=attempt,
+                        lease_until=self.until(now),
+                        now=now,
+                    )
+                except StoreError as exc:
+                    logger.warning(
+                        "lease renewal failed", extra={"rollout_id": rollout_id, "error": str(exc)}
+                    )
+                    continue
+                if renewed.record is not None and on_record is not None:
+                    on_record(renewed.record)
+                if not renewed.applied:
+                    return  # no longer ours
+
+        task = asyncio.create_task(beat(), name=f"lease:{rollout_id}")
+        try:
+            yield
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

@@ -1,0 +1,150 @@
+"""Settlement: end a rollout whose worker failed or died, once.
+
+The stored response is sent if there is one, else an ERROR naming the failure. Every path goes
+through the store's conditional moves, so a rollout gets one final response however many
+recoverers race (the worker's own failure path, a redelivered event watching a lease, the
+on-failure destination, the dead-letter queue, the restart sweep, the re-drive, a cancel).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
+from rollout_sdk.engine.responses import error_response
+
+if TYPE_CHECKING:
+    from rollout_sdk.dispatch.base import Job
+    from rollout_sdk.engine.delivery import Delivery
+    from rollout_sdk.engine.lease import Leases
+    from rollout_sdk.engine.vault import KeyVault
+    from rollout_sdk.settings import RolloutSettings
+    from rollout_sdk.store.base import Store
+
+logger = logging.getLogger("rollout_sdk.engine.settlement")
+
+#: Why a rollout is settled when the delivery that owned it stopped without a word.
+OWNER_STOPPED = "the worker that ran this rollout stopped before reporting it"
+
+
+class Settlement:
+    """Settles rollouts whose worker failed or died; sends what it settles through delivery."""
+
+    def __init__(
+        self,
+        store: Store,
+        delivery: Delivery,
+        settings: RolloutSettings,
+        *,
+        leases: Leases,
+        vault: KeyVault | None = None,
+        clock: Callable[[], float],
+    ) -> None:
+        self.store = store
+        self.delivery = delivery
+        self.settings = settings
+        self.leases = leases
+        self.vault = vault
+        self.clock = clock
+
+    def _open_key(self, record: RolloutRecord) -> str | None:
+        if record.sealed_key is None or self.vault is None:
+            return None
+        return self.vault.open(record.sealed_key)
+
+    async def settle(
+        self,
+        rollout_id: str,
+        *,
+        reason: str,
+        api_key: str | None = None,
+        owner_attempt: int | None = None,
+        force: bool = False,
+        finish_reason: str = "error",
+    ) -> RolloutRecord | None:
+        """End a rollout whose worker failed or died, once: send its stored response if it has
+        one, else fix an ERROR naming ``reason`` and send that.
+
+        A running rollout is taken over only when its lease ran out, or ``force`` (its process
+        is known dead), or it is ``owner_attempt``'s own. The callback key is ``api_key`` or the
+        record's sealed one.
+        """
+        now = self.clock()
+        record = await self.store.get(rollout_id, now=now)
+        if record is None:
+            logger.error("nothing to settle; no record", extra={"rollout_id": rollout_id})
+            return None
+        if record.state in (RecordState.DELIVERED, RecordState.UNDELIVERABLE):
+            return record
+        key = api_key if api_key is not None else self._open_key(record)
+        if record.state in (RecordState.ACCEPTED, RecordState.RUNNING):
+            mine = owner_attempt is not None and record.attempt == owner_attempt
+            moved = await self.store.settle(
+                rollout_id,
+                attempt=record.attempt,
+                response=error_response(rollout_id, reason, finish_reason=finish_reason),
+                lease_until=self.leases.until(now),
+                expires_at=expiry(now, float(self.settings.server.record_ttl_seconds)),
+                now=now,
+                even_if_leased=force or mine,
+            )
+            if moved.applied:
+                logger.error(
+                    "rollout settled as ERROR", extra={"rollout_id": rollout_id, "reason": reason}
+                )
+        elif record.state == RecordState.FINISHED:
+            moved = await self.store.reclaim_delivery(
+                rollout_id,
+                attempt=record.attempt,
+                lease_until=self.leases.until(now),
+                now=now,
+                even_if_leased=force,
+            )
+        else:  # pragma: no cover - every state is handled above
+            return record
+        if not moved.applied or moved.record is None:
+            return moved.record  # someone else holds it and will report it
+        return await self.delivery.deliver(moved.record, api_key=key)
+
+    async def report_failed_job(self, job: Job, *, reason: str) -> RolloutRecord | None:
+        """A job AWS gave up on (the on-failure destination, the dead-letter queue): settle its
+        rollout once, naming ``reason``. When a live lease holds the record (a delivery of the
+        job still runs it, or died moments ago), wait for the lease to be renewed or run out
+        first. Returns the record as it ends up."""
+        record = await self.settle(job.rollout_id, reason=reason, api_key=job.api_key)
+        held = record is not None and record.state in (RecordState.RUNNING, RecordState.FINISHED)
+        if held and record is not None and not record.lease_free(self.clock()):
+            await self.await_owner(job, reason=reason)
+            record = await self.store.get(job.rollout_id, now=self.clock())
+        return record
+
+    async def await_owner(self, job: Job, *, reason: str) -> RolloutRecord | None:
+        """Wait for whoever holds the rollout's lease (running it, or delivering its stored
+        response): None when it renews the lease (alive) or reports; when the lease runs out
+        (it died), settle the rollout, naming ``reason`` if it has no response yet."""
+        current = await self.store.get(job.rollout_id, now=self.clock())
+        if current is None or current.state not in (RecordState.RUNNING, RecordState.FINISHED):
+            return current
+        return await self.watch_owner(job, current, reason=reason)
+
+    async def watch_owner(
+        self, job: Job, current: RolloutRecord, *, reason: str = OWNER_STOPPED
+    ) -> RolloutRecord | None:
+        """Wait until the owner reports (None), renews its lease (None: it is alive), or lets the
+        lease run out (it died: settle the rollout with this job's callback key)."""
+        poll = min(1.0, self.leases.heartbeat_seconds / 4)
+        first_lease = current.lease_until
+        record: RolloutRecord | None = current
+        while record is not None and record.state in (RecordState.RUNNING, RecordState.FINISHED):
+            now = self.clock()
+            if record.lease_free(now):
+                return await self.settle(job.rollout_id, reason=reason, api_key=job.api_key)
+            if record.lease_until != first_lease:
+                break  # renewed: the owner is alive and will report
+            await asyncio.sleep(min(poll, (record.lease_until or now) - now + 0.05))
+            record = await self.store.get(job.rollout_id, now=self.clock())
+        logger.info("claim lost; the owner reports it", extra={"rollout_id": job.rollout_id})
+        return None
