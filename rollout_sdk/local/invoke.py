@@ -153,8 +153,12 @@ def load_event(path: str | Path) -> Any:
 
 def import_handler(environment: dict[str, str], module: str = "handler") -> Any:
     """Import ``handler.py`` afresh (a cold start) with ``environment`` applied to this process's
-    ``os.environ`` (a cold start's environment; it stays applied after the call)."""
+    ``os.environ`` (a cold start's environment; it stays applied after the call). The settings
+    are read afresh, as a new execution environment reads them."""
+    from rollout_sdk.settings import reset_settings
+
     os.environ.update(environment)
+    reset_settings()
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)

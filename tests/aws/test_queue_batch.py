@@ -20,6 +20,7 @@ from rollout_sdk.settings import load_settings
 if TYPE_CHECKING:
     from rollout_sdk.agent.loop import RolloutAgentLoop
     from rollout_sdk.dispatch.base import Job
+    from rollout_sdk.engine.settlement import Settlement
     from rollout_sdk.engine.worker import RolloutWorker
 
 #: Long enough never to fire when the rollouts do run together; a batch run one rollout at a
@@ -75,7 +76,9 @@ def runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[LambdaRuntime]:
 
 
 def _use(runtime: LambdaRuntime, worker: StandInWorker) -> StandInWorker:
+    # The stand-in runs rollouts (the worker's job) and reports failed jobs (settlement's).
     runtime.worker = cast("RolloutWorker", worker)
+    runtime.settlement = cast("Settlement", worker)
     return worker
 
 
