@@ -1,5 +1,6 @@
 """The AWS path on one machine: an embedded moto server on 127.0.0.1, provisioned from
 ``template.yaml``, so the real DynamoDB and Lambda code runs with no AWS account and no Docker.
+(The server runs in a child process that stops with this one: see :class:`EmbeddedMoto`.)
 
 Used by ``rollout-sdk serve --store dynamodb``, ``rollout-sdk invoke`` and the tests. moto is a
 development dependency (``pip install 'rollout-sdk[local]'``); it is imported only here.
@@ -16,11 +17,13 @@ import io
 import json
 import os
 import secrets
+import subprocess
+import sys
 import urllib.request
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rollout_sdk.errors import ConfigurationError
 from rollout_sdk.testing.lifecycle import StartStop
@@ -140,27 +143,66 @@ def ttl_attribute(template: dict[str, Any]) -> str:
 
 
 class EmbeddedMoto(StartStop):
-    """moto's server on 127.0.0.1 (a free port), Lambda set to echo invokes without Docker."""
+    """moto's server on 127.0.0.1 (a free port), Lambda set to echo invokes without Docker.
+
+    It runs in a child process (:mod:`rollout_sdk.local.moto_process`) with a fake-AWS
+    environment of its own, so the caller's environment is neither read by moto nor changed for
+    it, and it stops when this process exits, however it exits.
+    """
+
+    #: How long the child may take to import moto and start serving.
+    START_TIMEOUT = 60.0
 
     def __init__(self, *, port: int = 0) -> None:
-        try:
-            from moto.server import ThreadedMotoServer
-        except ImportError as exc:
+        import importlib.util
+
+        if importlib.util.find_spec("moto") is None:
             raise ConfigurationError(
                 "the embedded AWS emulator needs moto: pip install 'rollout-sdk[local]' "
                 "(or use --dynamodb-endpoint URL)"
-            ) from exc
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+            )
+        self.port = port
         self.endpoint_url = ""
+        self._process: subprocess.Popen[str] | None = None
+        self._errors: IO[str] | None = None
+
+    @staticmethod
+    def environment() -> dict[str, str]:
+        """The child's environment: this one's without any AWS variable, plus fake credentials
+        and the local region (moto reads them; nothing it holds is real)."""
+        own = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        return {
+            **own,
+            **FAKE_FUNCTION_CREDENTIALS,
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        }
 
     def start(self) -> EmbeddedMoto:
-        """Start the server and configure it."""
-        import logging
+        """Start the child, wait until it serves, and configure it."""
+        import select
+        import tempfile
 
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)
-        self._server.start()
-        host, port = self._server.get_host_and_port()
-        self.endpoint_url = f"http://{host}:{port}"
+        # Its errors go to a file, not a pipe: a pipe nobody reads would fill and stall moto.
+        # It lives as long as the emulator: stop() closes it.
+        self._errors = tempfile.TemporaryFile(mode="w+", encoding="utf-8")  # noqa: SIM115
+        process = subprocess.Popen(  # noqa: S603 - this interpreter, a module of the kit
+            [sys.executable, "-m", "rollout_sdk.local.moto_process", str(self.port)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._errors,
+            env=self.environment(),
+            text=True,
+        )
+        self._process = process
+        assert process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], self.START_TIMEOUT)
+        line = process.stdout.readline() if ready else ""
+        if not line.startswith("{"):
+            error = self._error()
+            self.stop()
+            raise ConfigurationError(f"the embedded AWS emulator did not start{error}")
+        self.endpoint_url = f"http://127.0.0.1:{json.loads(line)['port']}"
         body = json.dumps({"lambda": {"use_docker": False}}).encode()
         request = urllib.request.Request(  # noqa: S310 - loopback URL we just started
             f"{self.endpoint_url}/moto-api/config", data=body, method="POST"
@@ -170,8 +212,35 @@ class EmbeddedMoto(StartStop):
         return self
 
     def stop(self) -> None:
-        """Stop the server (its data is gone)."""
-        self._server.stop()
+        """Stop the server (its data is gone); safe to call more than once."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if process.stdin is not None:
+            process.stdin.close()  # the child stops when its standard input closes
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
+        if self._errors is not None:
+            self._errors.close()
+            self._errors = None
+
+    def _error(self) -> str:
+        """The last line the child wrote to its error output, as ": line", or ""."""
+        if self._errors is None:
+            return ""
+        self._errors.seek(0)
+        lines = self._errors.read().strip().splitlines()
+        return f": {lines[-1]}" if lines else ""
+
+    @property
+    def pid(self) -> int | None:
+        """The emulator process's id while it runs."""
+        return self._process.pid if self._process is not None else None
 
 
 @dataclass

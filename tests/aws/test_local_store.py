@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import ast
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from rollout_sdk.engine.record import RolloutRecord
+from rollout_sdk.local.emulator import EmbeddedMoto, local_client
 from rollout_sdk.local.server import open_dynamodb_store
 from rollout_sdk.protocol import InitResponse, RolloutRequest
+from testkit.wait import wait_until
 
 from .conftest import ROOT
 
@@ -77,3 +81,57 @@ def test_a_local_session_ignores_the_environments_profile(monkeypatch: pytest.Mo
     credentials = session.get_credentials()
     assert credentials is not None
     assert credentials.method == "explicit"
+
+
+def test_the_embedded_emulator_ignores_the_callers_aws_profile_and_keeps_its_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # moto reads the environment of the process it runs in; a profile this machine lacks made
+    # every answer a 500 when it ran in the caller's process.
+    monkeypatch.setenv("AWS_PROFILE", "no-such-profile-here")
+    before = dict(os.environ)
+    with EmbeddedMoto() as moto:
+        tables = local_client("dynamodb", moto.endpoint_url).list_tables()
+    assert tables["TableNames"] == []
+    assert dict(os.environ) == before
+
+
+def test_the_embedded_emulator_stops_when_its_parent_is_killed() -> None:
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys\n"
+            "from rollout_sdk.local.emulator import EmbeddedMoto\n"
+            "moto = EmbeddedMoto().start()\n"
+            "print(moto.pid, flush=True)\n"
+            "sys.stdin.read()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        assert _alive(child)
+        parent.kill()  # SIGKILL: no cleanup runs in the parent
+        parent.wait(timeout=30)
+        wait_until(lambda: not _alive(child), within=30, what="the emulator's exit")
+    finally:
+        parent.kill()
+        parent.wait(timeout=30)
+        for stream in (parent.stdin, parent.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by init) counts as gone.
+    status = Path(f"/proc/{pid}/status")
+    return not (status.exists() and "\nState:\tZ" in status.read_text())
