@@ -108,9 +108,25 @@ def json_problem(field: str, value: Any, *, max_nesting: int = MAX_JSON_NESTING)
 
 
 class _Wire(BaseModel):
-    """Base of every schema: unknown fields ignored (forward compatibility)."""
+    """Base of every schema: unknown fields ignored (forward compatibility).
 
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    Validators are built on first use (``defer_build``): an agent author's import defines the
+    models without paying for all of them, and the server builds them all at start-up
+    (:func:`build_models`).
+    """
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, defer_build=True)
+
+
+def build_models() -> None:
+    """Build every wire model's validator now, so what serves requests pays for it once, at
+    start-up, not on a first request."""
+    pending: list[type[BaseModel]] = [_Wire]
+    while pending:
+        model = pending.pop()
+        pending.extend(model.__subclasses__())
+        if model is not _Wire:
+            model.model_rebuild(force=True)
 
 
 # --------------------------------------------------------------------------- tools
@@ -215,6 +231,10 @@ class RolloutMetrics(_Wire):
 class RolloutRequest(_Wire):
     """Body of ``POST /v1/rollout/init``."""
 
+    # Built at definition, not deferred: FastAPI wraps the body model in a field of its own
+    # (aliased to the parameter's name), and pydantic refuses to build a deferred model there.
+    model_config = ConfigDict(defer_build=False)
+
     rollout_id: str = Field(min_length=1, max_length=256)
     server_url: str
     messages: list[Message]
@@ -294,7 +314,7 @@ class RolloutResponse(_Wire):
 class CompletionsRequest(_Wire):
     """Body of ``POST {server_url}/v1/chat/completions``; extra sampling params pass through."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
 
     model: str = "default"
     messages: list[Message]

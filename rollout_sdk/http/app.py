@@ -34,12 +34,16 @@ from rollout_sdk.errors import ConfigurationError
 from rollout_sdk.http.admission import AdmissionMiddleware
 from rollout_sdk.http.auth import KeyProvider, ServerKeyMiddleware
 from rollout_sdk.http.problems import install_problem_handlers
-from rollout_sdk.protocol import InitResponse, RolloutRequest
+from rollout_sdk.protocol import InitResponse, RolloutRequest, build_models
 from rollout_sdk.settings import RolloutSettings, get_settings
 from rollout_sdk.store.base import Store
 from rollout_sdk.store.memory import MemoryStore
 
 logger = logging.getLogger("rollout_sdk.http.app")
+
+# The wire models defer their validators (the agent author's import stays light); the server
+# builds them all before FastAPI sees one.
+build_models()
 
 Hook = Callable[[], Awaitable[None] | None]
 
