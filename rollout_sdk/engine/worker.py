@@ -482,7 +482,7 @@ class RolloutWorker:
         """FINISHED, due for re-drive, the key sealed, alive until the re-drive gives up."""
         sealed_key = None
         if record.sealed_key is None and api_key is not None and self.vault is not None:
-            sealed_key = self.vault.seal(api_key)
+            sealed_key = await self.vault.seal(api_key)
         return await self.store.park(
             record.rollout_id,
             attempt=record.attempt,
@@ -499,10 +499,10 @@ class RolloutWorker:
 
     # ------------------------------------------------------------------ recovering
 
-    def _open_key(self, record: RolloutRecord) -> str | None:
+    async def _open_key(self, record: RolloutRecord) -> str | None:
         if record.sealed_key is None or self.vault is None:
             return None
-        return self.vault.open(record.sealed_key)
+        return await self.vault.open(record.sealed_key)
 
     async def settle(
         self,
@@ -528,7 +528,7 @@ class RolloutWorker:
             return None
         if record.state in (RecordState.DELIVERED, RecordState.UNDELIVERABLE):
             return record
-        key = api_key if api_key is not None else self._open_key(record)
+        key = api_key if api_key is not None else await self._open_key(record)
         if record.state in (RecordState.ACCEPTED, RecordState.RUNNING):
             mine = owner_attempt is not None and record.attempt == owner_attempt
             moved = await self.store.settle(

@@ -9,22 +9,27 @@ Each slow call blocks on a ``threading.Event`` with a bounded wait, so a call ma
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
+import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+import httpx
 import pytest
 
 from rollout_sdk.agent.loop import RolloutContext, RolloutResult
 from rollout_sdk.dispatch.base import Job
-from rollout_sdk.engine.client import TrainGateClient
+from rollout_sdk.engine.client import COMPLETED_PATH, TrainGateClient
 from rollout_sdk.engine.record import RecordState
+from rollout_sdk.engine.vault import KmsVault
 from rollout_sdk.engine.worker import RolloutWorker
 from rollout_sdk.errors import StoreError
 from rollout_sdk.protocol import Message
 from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.base import Store
+from rollout_sdk.store.memory import MemoryStore
 from rollout_sdk.store.sqlite import SQLiteStore
 from testkit.wait import until_true
 
@@ -36,7 +41,7 @@ from .support import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from mypy_boto3_kms import KMSClient
 
 #: How long a blocked fake waits for its release before it gives up (and fails the test).
 HOLD = 5.0
@@ -56,6 +61,96 @@ async def _accept(store: Store, *rollout_ids: str) -> None:
     now = time.time()
     for rid in rollout_ids:
         assert (await store.create(accepted_record(rid, now=now), now=now)).created
+
+
+# ---------------------------------------------------------------------- KMS
+
+
+class BlockingKms:
+    """KMS's Encrypt and Decrypt (boto3's keyword names), with Encrypt held until ``release``."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.threads: set[str] = set()
+
+    def encrypt(self, *, KeyId: str, Plaintext: bytes, EncryptionContext: Any) -> dict[str, Any]:
+        self.threads.add(threading.current_thread().name)
+        self.started.set()
+        if not self.release.wait(HOLD):
+            raise TimeoutError("encrypt was never released")
+        return {"CiphertextBlob": b"sealed:" + Plaintext}
+
+    def decrypt(self, *, CiphertextBlob: bytes, EncryptionContext: Any) -> dict[str, Any]:
+        self.threads.add(threading.current_thread().name)
+        return {"Plaintext": CiphertextBlob.removeprefix(b"sealed:")}
+
+
+class RefusingCallbacks(FakeTrainGate):
+    """Answers 503 to the callback of ``refused``, and as scripted to every other rollout."""
+
+    def __init__(self, refused: str) -> None:
+        super().__init__()
+        self.refused = refused
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if (
+            path.endswith(COMPLETED_PATH)
+            and json.loads(request.content)["rollout_id"] == self.refused
+        ):
+            self.requests.append(request)
+            return httpx.Response(503)
+        return await super().handle(request)
+
+
+async def test_a_slow_kms_seal_does_not_stall_the_other_rollouts() -> None:
+    kms = BlockingKms()
+    vault = KmsVault("alias/callback", client=cast("KMSClient", kms))
+    store = MemoryStore()
+    others = [f"quick-{i}" for i in range(5)]
+    await _accept(store, "parked", *others)
+    worker = _worker(EchoAgent(), store, RefusingCallbacks("parked"), vault=vault)
+    try:
+        # Its callback fails, so the worker parks it for re-drive, sealing the key with KMS.
+        parking = asyncio.create_task(worker.run(Job("parked", 1, KEY)))
+        await until_true(kms.started.is_set, within=HOLD, what="the KMS encrypt call")
+        done = await asyncio.wait_for(
+            asyncio.gather(*(worker.run(Job(rid, 1, KEY)) for rid in others)), HOLD
+        )
+        assert [r.state if r else None for r in done] == [RecordState.DELIVERED] * len(others)
+        assert not parking.done()  # still inside KMS, while the others came and went
+        kms.release.set()
+        parked = await asyncio.wait_for(parking, HOLD)
+    finally:
+        kms.release.set()
+        vault.close()
+    assert parked is not None
+    assert parked.state == RecordState.FINISHED
+    assert parked.next_attempt_at is not None
+    assert parked.sealed_key is not None
+    assert kms.threads and all(t.startswith("rollout-sdk-kms") for t in kms.threads)
+
+
+async def test_kms_opens_off_the_loop_and_its_errors_stay_store_errors() -> None:
+    from botocore.exceptions import ClientError
+
+    kms = BlockingKms()
+    kms.release.set()
+    vault = KmsVault("alias/callback", client=cast("KMSClient", kms))
+    token = await vault.seal(KEY)
+    assert await vault.open(token) == KEY
+    assert kms.threads and all(t.startswith("rollout-sdk-kms") for t in kms.threads)
+
+    def refuse(**_: Any) -> dict[str, Any]:
+        raise ClientError({"Error": {"Code": "AccessDenied", "Message": "no"}}, "Encrypt")
+
+    kms.encrypt = refuse  # type: ignore[method-assign]
+    with pytest.raises(StoreError, match="KMS could not seal"):
+        await vault.seal(KEY)
+    vault.close()
+    with pytest.raises(StoreError, match="closed"):
+        await vault.open(token)
 
 
 # ---------------------------------------------------------------------- SQLite
