@@ -20,12 +20,14 @@ import httpx
 import pytest
 
 from rollout_sdk.agent.loop import RolloutContext, RolloutResult
+from rollout_sdk.aws.secrets import SecretServerKeys
 from rollout_sdk.dispatch.base import Job
 from rollout_sdk.engine.client import COMPLETED_PATH, TrainGateClient
 from rollout_sdk.engine.record import RecordState
 from rollout_sdk.engine.vault import KmsVault
 from rollout_sdk.engine.worker import RolloutWorker
 from rollout_sdk.errors import StoreError
+from rollout_sdk.http.app import create_app
 from rollout_sdk.protocol import Message
 from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.base import Store
@@ -37,6 +39,7 @@ from .support import (
     EchoAgent,
     FakeSleep,
     FakeTrainGate,
+    RecordingDispatcher,
     accepted_record,
 )
 
@@ -214,3 +217,66 @@ async def test_a_closed_sqlite_store_refuses_at_once(tmp_path: Path) -> None:
     await store.close()  # idempotent
     with pytest.raises(StoreError, match="closed"):
         await store.get("r1", now=time.time())
+
+
+# ---------------------------------------------------------------------- Secrets Manager
+
+
+class BlockingSecret:
+    """A secret reader whose first read is held until ``release`` is set."""
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.threads: set[str] = set()
+
+    def __call__(self, name: str, max_age: int) -> str:
+        self.threads.add(threading.current_thread().name)
+        self.started.set()
+        if not self.release.wait(HOLD):
+            raise TimeoutError("the secret read was never released")
+        return self.value
+
+
+async def test_a_slow_secret_read_does_not_stall_other_requests() -> None:
+    reader = BlockingSecret(json.dumps(["server-key"]))
+    keys = SecretServerKeys("server-key-secret", max_age_seconds=0, reader=reader)
+    app = create_app(EchoAgent(), key_provider=keys, dispatcher=RecordingDispatcher())
+    transport = httpx.ASGITransport(app=app)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://rollout.test") as http:
+            headers = {"authorization": "Bearer server-key"}
+            checked = asyncio.create_task(http.get("/platform/health", headers=headers))
+            await until_true(reader.started.is_set, within=HOLD, what="the secret read")
+            health = await asyncio.wait_for(http.get("/health"), HOLD)
+            assert health.status_code == 200
+            assert not checked.done()  # still reading the secret, off the loop
+            reader.release.set()
+            assert (await asyncio.wait_for(checked, HOLD)).status_code == 200
+    finally:
+        reader.release.set()
+        keys.close()
+    assert reader.threads and all(t.startswith("rollout-sdk-secret") for t in reader.threads)
+
+
+@pytest.mark.parametrize("value", ["[]", None])
+async def test_a_failed_secret_read_still_fails_closed_with_retry_after(value: str | None) -> None:
+    def read(name: str, max_age: int) -> str:
+        if value is None:
+            raise ConnectionError("Secrets Manager is unreachable")
+        return value
+
+    keys = SecretServerKeys("server-key-secret", max_age_seconds=0, reader=read)
+    app = create_app(EchoAgent(), key_provider=keys, dispatcher=RecordingDispatcher())
+    try:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://rollout.test"
+        ) as http:
+            answer = await http.get(
+                "/platform/health", headers={"authorization": "Bearer server-key"}
+            )
+    finally:
+        keys.close()
+    assert answer.status_code == 503
+    assert "retry-after" in answer.headers
