@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from rollout_sdk.engine.settlement import Settlement
     from rollout_sdk.engine.vault import KeyVault
     from rollout_sdk.engine.worker import RolloutWorker
+    from rollout_sdk.http.auth import KeyProvider
     from rollout_sdk.settings import LambdaSettings, RolloutSettings
     from rollout_sdk.store.base import Store
 
@@ -137,9 +138,14 @@ class LambdaRuntime:
         return max(0.0, remaining - self.aws.deadline_margin_seconds)
 
     def close(self) -> None:
-        """Close the TrainGate client and the event loop (tests; Lambda just freezes)."""
+        """Close the TrainGate client, the threads of the vault and the key provider, and the
+        event loop (tests; Lambda just freezes)."""
         if "client" in self.__dict__:
             self.loop.run_until_complete(self.client.aclose())
+        for name in ("vault", "server_keys"):
+            close = getattr(self.__dict__.get(name), "close", None)
+            if close is not None:
+                close()
         self.loop.close()
 
     # ------------------------------------------------------------------ shared collaborators
@@ -204,7 +210,7 @@ class LambdaRuntime:
     # ------------------------------------------------------------------ API function
 
     @cached_property
-    def server_keys(self) -> Callable[[], list[str]]:
+    def server_keys(self) -> KeyProvider:
         """The app's key provider: the keys in SERVER_KEY_SECRET_ARN, or none without one."""
         from rollout_sdk.aws.secrets import SecretServerKeys
 
@@ -259,5 +265,5 @@ class LambdaRuntime:
         return adapter(self.app)
 
 
-def _no_keys() -> list[str]:
+async def _no_keys() -> list[str]:
     return []

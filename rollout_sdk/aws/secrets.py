@@ -1,13 +1,16 @@
 """The API function's server keys, read from a Secrets Manager secret.
 
 Read through Powertools Parameters, whose cache lives as long as the execution environment; the
-first request that needs a key reads it, never the import.
+first request that needs a key reads it, never the import. A cache miss is a network call, so the
+read runs on a thread of the provider's own, never on the loop that serves the request.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -50,11 +53,12 @@ def parse_server_keys(secret: str | None) -> list[str]:
 
 
 class SecretServerKeys:
-    """The valid server keys (the app's key provider), from the secret ``name``.
+    """The valid server keys (the app's asynchronous key provider), from the secret ``name``.
 
     The value is cached for ``max_age_seconds`` (0 reads it on every call). ``reader`` replaces
-    Powertools' secrets provider over ``client``. Raises ConfigurationError for a value that holds
-    no key; the provider's own errors pass through (the app answers 503 for them).
+    Powertools' secrets provider over ``client``; it runs on the provider's one thread, which
+    :meth:`close` shuts down. Raises ConfigurationError for a value that holds no key; the
+    provider's own errors pass through (the app answers 503 for them).
     """
 
     def __init__(
@@ -69,10 +73,20 @@ class SecretServerKeys:
         self.max_age_seconds = max_age_seconds
         self._client = client
         self._reader = reader
+        # One thread: reads are rare (one per cache miss) and run one at a time, so requests that
+        # miss together wait for one read and then find the value cached, and Powertools' cache
+        # is only ever touched from this thread.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-sdk-secret")
 
-    def __call__(self) -> list[str]:
+    async def __call__(self) -> list[str]:
         reader = self._reader or self._read
-        return parse_server_keys(reader(self.name, self.max_age_seconds))
+        loop = asyncio.get_running_loop()
+        value = await loop.run_in_executor(self._executor, reader, self.name, self.max_age_seconds)
+        return parse_server_keys(value)
+
+    def close(self) -> None:
+        """Shut the provider's thread down (once a read in flight is done)."""
+        self._executor.shutdown(wait=True)
 
     @cached_property
     def _provider(self) -> SecretsProvider:

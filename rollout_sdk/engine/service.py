@@ -75,7 +75,7 @@ class RolloutService:
         )
         vault = self.engine.vault if self.engine is not None else None
         if self.seal_at_init and vault is not None and request.api_key is not None:
-            record = record.evolve(sealed_key=vault.seal(request.api_key))
+            record = record.evolve(sealed_key=await vault.seal(request.api_key))
         created = await self.store.create(record, now=now)
         if not created.created:
             return await self._duplicate(record, created.record, created.conflict_on, request)

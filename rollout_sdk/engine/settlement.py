@@ -50,10 +50,10 @@ class Settlement:
         self.vault = vault
         self.clock = clock
 
-    def _open_key(self, record: RolloutRecord) -> str | None:
+    async def _open_key(self, record: RolloutRecord) -> str | None:
         if record.sealed_key is None or self.vault is None:
             return None
-        return self.vault.open(record.sealed_key)
+        return await self.vault.open(record.sealed_key)
 
     async def settle(
         self,
@@ -79,7 +79,7 @@ class Settlement:
             return None
         if record.state in (RecordState.DELIVERED, RecordState.UNDELIVERABLE):
             return record
-        key = api_key if api_key is not None else self._open_key(record)
+        key = api_key if api_key is not None else await self._open_key(record)
         if record.state in (RecordState.ACCEPTED, RecordState.RUNNING):
             mine = owner_attempt is not None and record.attempt == owner_attempt
             moved = await self.store.settle(

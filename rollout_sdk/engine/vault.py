@@ -8,14 +8,21 @@ so it never goes into a record in clear. Two vaults:
   that key file yields nothing usable.
 - :class:`KmsVault`: AWS KMS ``Encrypt``/``Decrypt`` with the template's key, used only when a
   final response is parked for re-drive (one request on that rare path).
+
+The port is asynchronous because a KMS call is a network round trip: :class:`KmsVault` makes it
+on a small thread pool of its own, so the loop running a whole batch of rollouts never waits on
+it. :class:`LocalVault` seals in place (see there why).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import secrets
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -32,17 +39,22 @@ CONTEXT = b"rollout-sdk callback key v1"
 class KeyVault(Protocol):
     """Seals and opens callback keys."""
 
-    def seal(self, plaintext: str) -> str:
-        """An opaque, printable token for ``plaintext``."""
+    async def seal(self, plaintext: str) -> str:
+        """An opaque, printable token for ``plaintext``; StoreError when it cannot be sealed."""
         ...
 
-    def open(self, token: str) -> str:
+    async def open(self, token: str) -> str:
         """The plaintext of ``token``; StoreError when it cannot be opened."""
         ...
 
 
 class LocalVault:
-    """AES-256-GCM under a key kept in ``key_file`` (created 0600 on first use) or in memory."""
+    """AES-256-GCM under a key kept in ``key_file`` (created 0600 on first use) or in memory.
+
+    Sealing and opening run inline on the loop: AES-GCM over a callback key is a few
+    microseconds of CPU with no I/O (the key file is read once, at construction), less than a
+    hop to a thread would cost.
+    """
 
     def __init__(self, key_file: str | Path | None = None) -> None:
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -67,12 +79,12 @@ class LocalVault:
             handle.write(key)
         return key
 
-    def seal(self, plaintext: str) -> str:
+    async def seal(self, plaintext: str) -> str:
         nonce = secrets.token_bytes(12)
         sealed = self._aead.encrypt(nonce, plaintext.encode(), CONTEXT)
         return base64.urlsafe_b64encode(nonce + sealed).decode()
 
-    def open(self, token: str) -> str:
+    async def open(self, token: str) -> str:
         from cryptography.exceptions import InvalidTag
 
         try:
@@ -84,21 +96,55 @@ class LocalVault:
 
 
 class KmsVault:
-    """AWS KMS under ``key_id``; the encryption context names the purpose."""
+    """AWS KMS under ``key_id``; the encryption context names the purpose.
 
-    def __init__(self, key_id: str, *, client: KMSClient | Callable[[], KMSClient]) -> None:
+    boto3 is synchronous, so each call runs on the vault's own threads (``max_workers``, a few:
+    a batch may park several rollouts at once, and sealing is otherwise rare); :meth:`close`
+    shuts them down.
+    """
+
+    def __init__(
+        self,
+        key_id: str,
+        *,
+        client: KMSClient | Callable[[], KMSClient],
+        max_workers: int = 4,
+    ) -> None:
         self.key_id = key_id
         # A callable builds the client on first use: sealing is rare (a parked response).
         self._source = client
         self._client: KMSClient | None = None
+        self._client_lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(
+            max_workers=max_workers, thread_name_prefix="rollout-sdk-kms"
+        )
 
     @property
     def _kms(self) -> KMSClient:
-        if self._client is None:
-            self._client = self._source() if callable(self._source) else self._source
-        return self._client
+        # Built on the vault's threads, and only once however many calls race for it.
+        with self._client_lock:
+            if self._client is None:
+                self._client = self._source() if callable(self._source) else self._source
+            return self._client
 
-    def seal(self, plaintext: str) -> str:
+    async def _call(self, work: Callable[[], str]) -> str:
+        try:
+            future = asyncio.get_running_loop().run_in_executor(self._executor, work)
+        except RuntimeError as exc:  # submitted after close()
+            raise StoreError(f"the KMS vault for {self.key_id} is closed") from exc
+        return await future
+
+    async def seal(self, plaintext: str) -> str:
+        return await self._call(lambda: self._seal(plaintext))
+
+    async def open(self, token: str) -> str:
+        return await self._call(lambda: self._open(token))
+
+    def close(self) -> None:
+        """Shut the vault's threads down (once the calls in flight are done)."""
+        self._executor.shutdown(wait=True)
+
+    def _seal(self, plaintext: str) -> str:
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
@@ -113,7 +159,7 @@ class KmsVault:
             ) from exc
         return base64.b64encode(blob).decode()
 
-    def open(self, token: str) -> str:
+    def _open(self, token: str) -> str:
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:

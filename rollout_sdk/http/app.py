@@ -109,12 +109,13 @@ def create_app(
 ) -> FastAPI:
     """Build the rollout server's app.
 
-    ``api_key`` (and any ``api_keys``, for rotation) are server keys; ``key_provider`` adds keys
-    read at request time (the Lambda reads them from Secrets Manager). ``store`` defaults to an
-    in-memory store and ``dispatcher`` to an in-process one bounded by ``max_concurrent`` (and
-    ``ROLLOUT_SDK_MAX_QUEUED_ROLLOUTS``). ``vault`` seals callback keys (default: AES-GCM under
-    a key held in memory), kept in the record from init on when ``seal_at_init``. ``engine``
-    instead of those three: the runtime's one engine (the Lambda composition root builds it).
+    ``api_key`` (and any ``api_keys``, for rotation) are server keys; ``key_provider`` (awaited)
+    adds keys read at request time (the Lambda reads them from Secrets Manager, off the loop).
+    ``store`` defaults to an in-memory store and ``dispatcher`` to an in-process one bounded by
+    ``max_concurrent`` (and ``ROLLOUT_SDK_MAX_QUEUED_ROLLOUTS``). ``vault`` seals callback keys
+    (default: AES-GCM under a key held in memory), kept in the record from init on when
+    ``seal_at_init``. ``engine`` instead of those three: the runtime's one engine (the Lambda
+    composition root builds it).
     ``sweep_on_start`` reports, at start-up, every rollout the store still shows in flight (only
     for a durable store this process owns alone); ``redrive`` re-sends undelivered responses on a
     timer while the app runs.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -65,7 +65,9 @@ def parse_authorization(raw: bytes | None) -> bytes | None:
     return value or None
 
 
-KeyProvider = Callable[[], Iterable[str]]
+#: The keys valid right now, read asynchronously: a provider whose source can block (a network
+#: read on a cache miss) does it off the event loop, so one slow read never stalls other requests.
+KeyProvider = Callable[[], Awaitable[Iterable[str]]]
 
 logger = logging.getLogger("rollout_sdk.http.auth")
 
@@ -73,7 +75,7 @@ logger = logging.getLogger("rollout_sdk.http.auth")
 class ServerKeyMiddleware:
     """Answers 401 (or 404 for /platform/health with no key configured) before the app runs.
 
-    ``keys`` is a fixed list; ``key_provider`` is asked on every protected request (on Lambda it
+    ``keys`` is a fixed list; ``key_provider`` is awaited on every protected request (on Lambda it
     reads the secret through a cache, so a rotated key takes effect without a redeploy).
     """
 
@@ -85,11 +87,11 @@ class ServerKeyMiddleware:
         self._provider = key_provider
         self._fixed = fixed
 
-    def current_keys(self) -> list[bytes]:
+    async def current_keys(self) -> list[bytes]:
         """The keys valid right now."""
         if self._provider is None:
             return self._fixed
-        return self._fixed + [k.encode() for k in self._provider() if k]
+        return self._fixed + [k.encode() for k in await self._provider() if k]
 
     @staticmethod
     def accepts(presented: bytes | None, keys: list[bytes]) -> bool:
@@ -107,16 +109,16 @@ class ServerKeyMiddleware:
         if path is None:
             await self.app(scope, receive, send)
             return
-        refusal = self.refusal(scope, path)
+        refusal = await self.refusal(scope, path)
         if refusal is not None:
             await send_problem(scope, receive, send, refusal)
             return
         await self.app(scope, receive, send)
 
-    def refusal(self, scope: Scope, path: str) -> RolloutError | None:
+    async def refusal(self, scope: Scope, path: str) -> RolloutError | None:
         """Why a request for the protected ``path`` is refused, or None when it may pass."""
         try:
-            keys = self.current_keys()
+            keys = await self.current_keys()
         except Exception:
             # The key source (Secrets Manager) failed: refuse, never fail open, and say it may pass.
             logger.exception("server keys could not be read")

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Collection, Iterator
+import functools
+from collections.abc import Callable, Collection, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar
 
 from rollout_sdk.engine.record import RecordState, RolloutRecord
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from rollout_sdk.protocol import RolloutResponse
 
 ConflictOn = Literal["slot", "rollout_id"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -366,9 +368,14 @@ class TransactionalStore(Store):
     """The primitives written once, over a read-check-write transaction.
 
     Subclasses provide :meth:`_transaction` (atomic against every other caller) and :meth:`_scan`.
-    The methods are ``async`` to fit the port, but run synchronously: both back ends answer in
-    microseconds, and a thread hop would cost more than the work.
+    Each primitive is one synchronous function handed to :meth:`_run`, which runs it inline by
+    default: a back end that can block (SQLite's file locks) overrides it with one hop to a
+    thread of its own, so a whole transaction is one hop and the event loop never waits on it.
     """
+
+    async def _run(self, work: Callable[[], T]) -> T:
+        """Run ``work`` (one whole transaction) and return its result; inline here."""
+        return work()
 
     @abc.abstractmethod
     def _transaction(self) -> AbstractContextManager[Transaction]:
@@ -383,6 +390,27 @@ class TransactionalStore(Store):
         """Every record in ``states``, expired ones included."""
 
     async def create(self, record: RolloutRecord, *, now: float) -> CreateResult:
+        return await self._run(functools.partial(self._create, record, now))
+
+    async def get(self, rollout_id: str, *, now: float) -> RolloutRecord | None:
+        return await self._run(functools.partial(self._get, rollout_id, now))
+
+    async def _apply(
+        self, rollout_id: str, guard: Guard, update: Update, *, now: float
+    ) -> TransitionResult:
+        return await self._run(functools.partial(self._update, rollout_id, guard, update, now))
+
+    async def release(self, rollout_id: str, *, slot: str, now: float) -> bool:
+        return await self._run(functools.partial(self._release, rollout_id, slot, now))
+
+    async def scan(
+        self, states: Collection[RecordState], *, now: float, limit: int = 100
+    ) -> list[RolloutRecord]:
+        return await self._run(functools.partial(self._scan_live, tuple(states), now, limit))
+
+    # ------------------------------------------------------------------ the transactions
+
+    def _create(self, record: RolloutRecord, now: float) -> CreateResult:
         with self._transaction() as txn:
             holder = _live(txn.by_slot(record.slot), now)
             if holder is not None:
@@ -396,12 +424,12 @@ class TransactionalStore(Store):
             txn.put(record)
             return CreateResult(True, record)
 
-    async def get(self, rollout_id: str, *, now: float) -> RolloutRecord | None:
+    def _get(self, rollout_id: str, now: float) -> RolloutRecord | None:
         with self._transaction() as txn:
             return _live(txn.by_id(rollout_id), now)
 
-    async def _apply(
-        self, rollout_id: str, guard: Guard, update: Update, *, now: float
+    def _update(
+        self, rollout_id: str, guard: Guard, update: Update, now: float
     ) -> TransitionResult:
         with self._transaction() as txn:
             current = _live(txn.by_id(rollout_id), now)
@@ -411,7 +439,7 @@ class TransactionalStore(Store):
             txn.put(updated)
             return TransitionResult(True, updated)
 
-    async def release(self, rollout_id: str, *, slot: str, now: float) -> bool:
+    def _release(self, rollout_id: str, slot: str, now: float) -> bool:
         with self._transaction() as txn:
             current = _live(txn.by_id(rollout_id), now)
             if (
@@ -424,8 +452,8 @@ class TransactionalStore(Store):
             txn.delete(rollout_id)
             return True
 
-    async def scan(
-        self, states: Collection[RecordState], *, now: float, limit: int = 100
+    def _scan_live(
+        self, states: Collection[RecordState], now: float, limit: int
     ) -> list[RolloutRecord]:
         # Scans run on the re-drive's timer: the place to drop expired records, so a long-lived
         # local server does not grow without bound.

@@ -47,7 +47,7 @@ async def _park(state: Path, server_url: str, *, due: float) -> None:
         response=response,
         finished_at=now,
         next_attempt_at=due,
-        sealed_key=vault.seal("callback-key"),
+        sealed_key=await vault.seal("callback-key"),
     )
     assert (await store.create(record, now=now)).created
     await store.close()

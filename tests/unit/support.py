@@ -12,8 +12,10 @@ import httpx
 
 from rollout_sdk.agent.loop import RolloutAgentLoop, RolloutContext, RolloutResult
 from rollout_sdk.dispatch.base import Job
+from rollout_sdk.engine.record import RolloutRecord
 from rollout_sdk.errors import DispatchError
 from rollout_sdk.protocol import (
+    InitResponse,
     Message,
     OpenAIFunctionParametersSchema,
     OpenAIFunctionPropertySchema,
@@ -71,6 +73,16 @@ def completion(
         "logprobs": [-0.1, -0.2, -0.3],
     }
     return body
+
+
+def accepted_record(rollout_id: str, *, now: float, ttl_seconds: float = 3600) -> RolloutRecord:
+    """A new ACCEPTED record of a valid request for ``rollout_id``, offering :data:`ADD_TOOL`."""
+    return RolloutRecord.new(
+        make_request(rollout_id=rollout_id),
+        InitResponse(rollout_id=rollout_id, tools=[ADD_TOOL]),
+        now=now,
+        ttl_seconds=ttl_seconds,
+    )
 
 
 ADD_TOOL = OpenAIFunctionToolSchema(

@@ -11,15 +11,15 @@ import httpx
 from rollout_sdk.dispatch.base import Job
 from rollout_sdk.engine.assembly import Engine
 from rollout_sdk.engine.client import CHAT_PATH, COMPLETED_PATH, TrainGateClient
-from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
+from rollout_sdk.engine.record import RecordState, expiry
 from rollout_sdk.engine.recovery import RESTART_REASON
 from rollout_sdk.engine.vault import LocalVault
-from rollout_sdk.protocol import InitResponse, RolloutResponse, RolloutStatus
+from rollout_sdk.protocol import RolloutResponse, RolloutStatus
 from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.base import TransitionResult
 from rollout_sdk.store.memory import MemoryStore
 
-from .support import ADD_TOOL, EchoAgent, FakeSleep, FakeTrainGate, make_request
+from .support import EchoAgent, FakeSleep, FakeTrainGate, accepted_record
 
 KEY = "cb-key"
 
@@ -37,14 +37,9 @@ async def rig(
     )
     now = time.time()
     for rid in ids:
-        record = RolloutRecord.new(
-            make_request(rollout_id=rid),
-            InitResponse(rollout_id=rid, tools=[ADD_TOOL]),
-            now=now,
-            ttl_seconds=3600,
-        )
+        record = accepted_record(rid, now=now)
         if sealed:
-            record = record.evolve(sealed_key=vault.seal(KEY))
+            record = record.evolve(sealed_key=await vault.seal(KEY))
         assert (await store.create(record, now=now)).created
     engine = Engine.build(
         store=store, client=client, settings=load_settings(), vault=vault, agent_loop=EchoAgent()
