@@ -216,6 +216,34 @@ async def test_a_sqlite_transaction_waiting_for_a_lock_does_not_stall_other_roll
     await store.close()
 
 
+def _sqlite_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("rollout-sdk-sqlite")]
+
+
+async def test_a_sqlite_transaction_that_need_not_wait_runs_on_the_loop_and_one_that_must_hops(
+    tmp_path: Path,
+) -> None:
+    # A hop costs milliseconds on a busy loop; a transaction nothing holds up costs microseconds.
+    path = tmp_path / "rollouts.db"
+    store = SQLiteStore(path, busy_timeout_seconds=HOLD)
+    assert _sqlite_threads() == []
+    await _accept(store, "r1", "r2")
+    assert await store.get("r1", now=time.time()) is not None
+    assert _sqlite_threads() == []  # nothing waited: no thread was needed
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        waiting = asyncio.create_task(store.get("r2", now=time.time()))
+        await until_true(lambda: len(_sqlite_threads()) == 1, within=HOLD, what="the hop")
+        assert not waiting.done()  # it waits for the lock on the store's thread
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert await asyncio.wait_for(waiting, HOLD) is not None
+    await store.close()
+    assert _sqlite_threads() == []
+
+
 async def test_a_closed_sqlite_store_refuses_at_once(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "rollouts.db")
     await _accept(store, "r1")
