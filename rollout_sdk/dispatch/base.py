@@ -37,7 +37,8 @@ class Dispatcher(Protocol):
 
     @property
     def completed(self) -> int:
-        """Rollouts this process has finished since it started (for /health)."""
+        """Rollouts this process has finished since it started (for /health); a job that found
+        its rollout owned by another delivery (a duplicate's hand-off) is not one."""
         ...
 
     async def aclose(self) -> None:

@@ -72,13 +72,16 @@ class InProcessDispatcher:
     async def _guarded(self, job: Job) -> None:
         async with self._slots:
             try:
-                await self._run_job(job)
+                outcome = await self._run_job(job)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 # The worker records every failure it can; reaching here means the kit itself
                 # failed, and the record's recovery rules take over.
                 logger.exception("worker failed", extra={"rollout_id": job.rollout_id})
+            else:
+                if outcome is None:
+                    return  # another delivery of this job owns the rollout: not one more rollout
             self._completed += 1  # not reached when cancelled: a cancelled job did not complete
 
     async def drain(self, within: float | None = None) -> bool:

@@ -86,7 +86,13 @@ async def test_concurrent_identical_inits_run_once_and_answer_identical_bodies(
             late = await client.post("/v1/rollout/init", json=body)
             assert late.status_code == 202
             assert late.content == responses[0].content
-            await asyncio.sleep(0.5)  # room for a second run or callback, if there were one
+
+            # Every job handed off (the first init's and the duplicates') has ended: a second
+            # run or callback, if there were one, has happened by now.
+            async def idle() -> bool:
+                return bool((await client.get("/health")).json()["active_rollouts"] == 0)
+
+            await until(idle, within=20, what="every handed-off job to end")
             health = (await client.get("/health")).json()
     assert len(standin.completions["dup-1"]) == 1
     assert standin.completions["dup-1"][0]["status"] == "COMPLETED"

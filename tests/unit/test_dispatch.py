@@ -15,16 +15,20 @@ from testkit.wait import until_true
 class Instrumented:
     """A run_job that measures how many jobs run at the same time."""
 
-    def __init__(self, *, hold: float = 0.005, fail: set[str] | None = None) -> None:
+    def __init__(
+        self, *, hold: float = 0.005, fail: set[str] | None = None, owned_elsewhere: str = "-"
+    ) -> None:
         self.hold = hold
         self.fail = fail or set()
+        #: Jobs whose rollout another delivery owns: the worker returns None for them.
+        self.owned_elsewhere = owned_elsewhere
         self.running = 0
         self.peak = 0
         self.done: list[str] = []
         self.cancelled: list[str] = []
         self.release = asyncio.Event()
 
-    async def __call__(self, job: Job) -> None:
+    async def __call__(self, job: Job) -> str | None:
         self.running += 1
         self.peak = max(self.peak, self.running)
         try:
@@ -35,6 +39,7 @@ class Instrumented:
             if job.rollout_id in self.fail:
                 raise RuntimeError(f"kit failure on {job.rollout_id}")
             self.done.append(job.rollout_id)
+            return None if job.rollout_id.startswith(self.owned_elsewhere) else job.rollout_id
         except asyncio.CancelledError:
             self.cancelled.append(job.rollout_id)
             raise
@@ -117,6 +122,17 @@ async def test_dispatch_after_aclose_raises_dispatch_error() -> None:
         await dispatcher.dispatch(Job("late"))
     assert dispatcher.active == 0  # no task was made for it
     assert run.done == []
+
+
+async def test_a_job_whose_rollout_another_delivery_owns_is_not_a_completed_rollout() -> None:
+    # A duplicate's hand-off of a rollout already claimed returns None: one rollout, one count.
+    run = Instrumented(owned_elsewhere="dup")
+    dispatcher = InProcessDispatcher(run, max_concurrent=4)
+    for name in ("r0", "dup-1", "dup-2", "r1"):
+        await dispatcher.dispatch(Job(name))
+    assert await dispatcher.drain(within=5)
+    assert sorted(run.done) == ["dup-1", "dup-2", "r0", "r1"]
+    assert dispatcher.completed == 2
 
 
 async def test_an_exception_in_run_job_does_not_kill_the_dispatcher(
