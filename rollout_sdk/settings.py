@@ -20,6 +20,9 @@ CLIENT_PREFIX = "OSMOSIS_ROLLOUT_CLIENT_"
 SERVER_PREFIX = "OSMOSIS_ROLLOUT_SERVER_"
 TOP_PREFIX = "OSMOSIS_ROLLOUT_"
 KIT_PREFIX = "ROLLOUT_SDK_"
+#: How every variable of the tree begins, but the Lambda functions' own (``AGENT_LOOP``, ...,
+#: which template.yaml sets): what a clean environment for a test or a child process drops.
+VARIABLE_PREFIXES = (TOP_PREFIX, KIT_PREFIX, "OSMOSIS_PLATFORM_", "OSMOSIS_WORKSPACE_")
 DEFAULT_PLATFORM_URL = "https://platform.osmosis.ai"
 
 

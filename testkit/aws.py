@@ -6,26 +6,20 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, MutableMapping
 
-REGION = "us-east-1"
+from rollout_sdk.local.emulator import FAKE_AWS_ENVIRONMENT, LOCAL_REGION
+from rollout_sdk.settings import VARIABLE_PREFIXES
 
-#: Set in every environment the kit makes, before any boto3 client exists.
-FAKE_AWS: Mapping[str, str] = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_SECURITY_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": REGION,
-    "AWS_REGION": REGION,
-    "AWS_EC2_METADATA_DISABLED": "true",
-    "AWS_CONFIG_FILE": os.devnull,
-    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-}
+REGION = LOCAL_REGION
+
+#: Set in every environment the kit makes, before any boto3 client exists (the kit's own
+#: definition, which its embedded emulator runs in).
+FAKE_AWS: Mapping[str, str] = FAKE_AWS_ENVIRONMENT
 
 #: Dropped from every such environment: a profile would point boto3 at real credentials.
 UNSET_AWS = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE")
 
 #: The kit's own settings; ``clean`` drops the outer shell's.
-SETTINGS_PREFIXES = ("OSMOSIS_ROLLOUT_", "ROLLOUT_SDK_", "OSMOSIS_PLATFORM_", "OSMOSIS_WORKSPACE_")
+SETTINGS_PREFIXES = VARIABLE_PREFIXES
 
 
 def use_fake_aws(environ: MutableMapping[str, str] = os.environ) -> None:

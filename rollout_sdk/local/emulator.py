@@ -45,6 +45,16 @@ FAKE_FUNCTION_CREDENTIALS = {
     "AWS_EC2_METADATA_DISABLED": "true",
 }
 
+#: A whole process's fake-AWS environment: those credentials, and no config or credentials file
+#: (with no profile either: callers drop every other ``AWS_*`` variable). The embedded emulator's
+#: process runs in it; the repo's test kit starts its children in it too.
+FAKE_AWS_ENVIRONMENT = {
+    **FAKE_FUNCTION_CREDENTIALS,
+    "AWS_SECURITY_TOKEN": FAKE_SECRET,
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+}
+
 
 def local_session() -> Any:
     """A boto3 session for an emulator: fake credentials and the local region, with no profile,
@@ -171,12 +181,7 @@ class EmbeddedMoto(StartStop):
         """The child's environment: this one's without any AWS variable, plus fake credentials
         and the local region (moto reads them; nothing it holds is real)."""
         own = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        return {
-            **own,
-            **FAKE_FUNCTION_CREDENTIALS,
-            "AWS_CONFIG_FILE": os.devnull,
-            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-        }
+        return {**own, **FAKE_AWS_ENVIRONMENT}
 
     def start(self) -> EmbeddedMoto:
         """Start the child, wait until it serves, and configure it."""

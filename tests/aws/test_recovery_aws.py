@@ -13,6 +13,7 @@ from rollout_sdk.local.invoke import invoke, load_event
 from rollout_sdk.protocol import RolloutResponse, RolloutStatus
 from rollout_sdk.store.base import Store, TransitionResult
 from rollout_sdk.testing.standin import Fault, TrainGateStandIn
+from testkit.records import park_due_now
 
 from .conftest import CALLBACK_KEY, ROOT
 
@@ -152,18 +153,7 @@ def test_a_failed_callback_is_parked_sealed_and_redriven_once(
     assert parked.expires_at > time.time() + handler.runtime.settings.kit.redrive_max_age_seconds
 
     # Due for re-drive now.
-    _move(
-        handler,
-        lambda store, now: store.park(
-            RID,
-            attempt=parked.attempt,
-            error=parked.last_error,
-            next_attempt_at=now - 1,
-            delivery_attempts=parked.delivery_attempts,
-            expires_at=parked.expires_at,
-            now=now,
-        ),
-    )
+    _move(handler, lambda store, now: park_due_now(store, parked, now))
     redriven = invoke(
         handler, "RedriveFunction", load_event(EVENTS / "redrive.json"), timeout_seconds=600
     )

@@ -18,6 +18,7 @@ from rollout_sdk.protocol import RolloutResponse, RolloutStatus
 from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.base import TransitionResult
 from rollout_sdk.store.memory import MemoryStore
+from testkit.records import park_due_now
 
 from .support import EchoAgent, FakeSleep, FakeTrainGate, accepted_record
 
@@ -93,15 +94,7 @@ async def _make_due(store: MemoryStore, rid: str) -> None:
     now = time.time()
     parked = await store.get(rid, now=now)
     assert parked is not None and parked.state == RecordState.FINISHED
-    moved = await store.park(
-        rid,
-        attempt=parked.attempt,
-        error=parked.last_error,
-        next_attempt_at=now - 1,
-        delivery_attempts=parked.delivery_attempts,
-        expires_at=parked.expires_at,
-        now=now,
-    )
+    moved = await park_due_now(store, parked, now)
     assert moved.applied
 
 

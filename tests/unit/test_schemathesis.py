@@ -22,7 +22,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.core.result import Ok
 
 from rollout_sdk.http.app import create_app
-from rollout_sdk.settings import RolloutSettings, load_settings
+from rollout_sdk.settings import VARIABLE_PREFIXES, RolloutSettings, load_settings
 from rollout_sdk.store.memory import MemoryStore
 
 from .support import EchoAgent, RecordingDispatcher
@@ -36,7 +36,7 @@ def _settings() -> RolloutSettings:
     # Built at import, before the per-test settings isolation runs: ignore the outer environment.
     with pytest.MonkeyPatch.context() as env:
         for name in list(os.environ):
-            if name.upper().startswith(("OSMOSIS_ROLLOUT_", "ROLLOUT_SDK_")):
+            if name.upper().startswith(VARIABLE_PREFIXES):
                 env.delenv(name)
         env.setenv("ROLLOUT_SDK_ALLOWED_SERVER_HOSTS", "127.0.0.1")
         return load_settings()
