@@ -7,6 +7,8 @@ import ast
 import os
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -135,3 +137,44 @@ def _alive(pid: int) -> bool:
     # A zombie (exited, not yet reaped by init) counts as gone.
     status = Path(f"/proc/{pid}/status")
     return not (status.exists() and "\nState:\tZ" in status.read_text())
+
+
+def test_the_embedded_emulator_lets_one_of_concurrent_conditional_writes_win(
+    moto_endpoint: str,
+) -> None:
+    # moto alone checks a condition and writes as two steps; DynamoDB (and so the emulator the
+    # kit runs) applies a conditional write to an item atomically.
+    client = local_client("dynamodb", moto_endpoint, max_pool_connections=16)
+    table = f"race-{os.getpid()}"
+    client.create_table(
+        TableName=table,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    rounds: list[int] = []
+    for _ in range(20):
+        client.put_item(TableName=table, Item={"pk": {"S": "x"}, "s": {"S": "A"}})
+        start = threading.Barrier(16)
+
+        def claim(i: int, start: threading.Barrier = start) -> int:
+            start.wait(timeout=30)
+            try:
+                client.update_item(
+                    TableName=table,
+                    Key={"pk": {"S": "x"}},
+                    UpdateExpression="SET s = :b, w = :w",
+                    ConditionExpression="s = :a",
+                    ExpressionAttributeValues={
+                        ":a": {"S": "A"},
+                        ":b": {"S": "B"},
+                        ":w": {"N": str(i)},
+                    },
+                )
+            except client.exceptions.ConditionalCheckFailedException:
+                return 0
+            return 1
+
+        with ThreadPoolExecutor(16) as pool:
+            rounds.append(sum(pool.map(claim, range(16))))
+    assert rounds == [1] * 20
