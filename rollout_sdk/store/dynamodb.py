@@ -41,6 +41,10 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 
+#: The table's TTL attribute: the record's ``expires_at`` field, stored under its own name.
+#: template.yaml's ``TimeToLiveSpecification`` must name it (tests/aws/test_table_ttl.py).
+TTL_ATTRIBUTE = "expires_at"
+
 ROLLOUT_PREFIX = "rollout#"
 SLOT_PREFIX = "slot#"
 
@@ -180,7 +184,7 @@ class DynamoDBStore(Store):
         return RolloutRecord.from_dict(data)
 
     def _live(self, item: Mapping[str, Any] | None, now: float) -> RolloutRecord | None:
-        if not item or float(item.get("expires_at", {}).get("N", "0")) <= now:
+        if not item or float(item.get(TTL_ATTRIBUTE, {}).get("N", "0")) <= now:
             return None
         return self._from_item(item)
 
@@ -216,12 +220,12 @@ class DynamoDBStore(Store):
     # ------------------------------------------------------------------ synchronous bodies
 
     def _create(self, record: RolloutRecord, now: float) -> CreateResult:
-        free = "attribute_not_exists(pk) OR expires_at <= :now"
+        free = f"attribute_not_exists(pk) OR {TTL_ATTRIBUTE} <= :now"
         values = {":now": _attr(now)}
         slot_item = {
             "pk": {"S": SLOT_PREFIX + record.slot},
             "rollout_id": {"S": record.rollout_id},
-            "expires_at": _attr(record.expires_at),
+            TTL_ATTRIBUTE: _attr(record.expires_at),
         }
         puts = [
             {
@@ -284,7 +288,7 @@ class DynamoDBStore(Store):
     def _update(
         self, rollout_id: str, guard: Guard, update: Update, now: float
     ) -> TransitionResult:
-        names: dict[str, str] = {"#state": "state", "#exp": "expires_at"}
+        names: dict[str, str] = {"#state": "state", "#exp": TTL_ATTRIBUTE}
         values: dict[str, Any] = {":now": _attr(now)}
         state_marks = []
         for index, state in enumerate(guard.states):
@@ -339,7 +343,7 @@ class DynamoDBStore(Store):
                 "TableName": self.table_name,
                 "Key": {"pk": {"S": ROLLOUT_PREFIX + rollout_id}},
                 "ConditionExpression": (
-                    "#state = :accepted AND slot = :slot AND expires_at > :now"
+                    f"#state = :accepted AND slot = :slot AND {TTL_ATTRIBUTE} > :now"
                     " AND (attribute_not_exists(handoffs) OR handoffs = :zero)"
                 ),
                 "ExpressionAttributeNames": {"#state": "state"},
@@ -378,7 +382,7 @@ class DynamoDBStore(Store):
         kwargs: dict[str, Any] = {
             "TableName": self.table_name,
             "FilterExpression": (
-                f"begins_with(pk, :prefix) AND #state IN ({', '.join(marks)}) AND expires_at > :now"
+                f"begins_with(pk, :prefix) AND #state IN ({', '.join(marks)}) AND {TTL_ATTRIBUTE} > :now"
             ),
             "ExpressionAttributeNames": {"#state": "state"},
             "ExpressionAttributeValues": values,
