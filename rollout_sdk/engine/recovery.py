@@ -48,7 +48,8 @@ class RecoveryReport:
     failed: dict[str, str] = field(default_factory=dict)
 
     def add(self, rollout_id: str, outcome: RolloutRecord | None) -> None:
-        """Count one settled rollout by the state it ended in."""
+        """Count one rollout by the state this pass left it in; None: this pass did nothing to
+        it (final already, or another recoverer held it), so it is skipped."""
         if outcome is None or outcome.state in (RecordState.ACCEPTED, RecordState.RUNNING):
             self.skipped.append(rollout_id)
         elif outcome.state == RecordState.DELIVERED:
@@ -89,7 +90,7 @@ class Recovery:
         for record in records:
             report.examined += 1
             try:
-                outcome = await self.settlement.settle(
+                outcome, acted = await self.settlement.settle_once(
                     record.rollout_id, reason=reason, force=force
                 )
             except RolloutError as exc:
@@ -98,7 +99,7 @@ class Recovery:
                     "recovery failed", extra={"rollout_id": record.rollout_id, "error": str(exc)}
                 )
                 continue
-            report.add(record.rollout_id, outcome)
+            report.add(record.rollout_id, outcome if acted else None)
 
     async def sweep_after_restart(self) -> RecoveryReport:
         """Report every rollout the previous process left in flight (local server only)."""

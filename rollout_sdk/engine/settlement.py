@@ -70,15 +70,38 @@ class Settlement:
 
         A running rollout is taken over only when its lease ran out, or ``force`` (its process
         is known dead), or it is ``owner_attempt``'s own. The callback key is ``api_key`` or the
-        record's sealed one.
+        record's sealed one. Returns the record as it ends up.
         """
+        record, _ = await self.settle_once(
+            rollout_id,
+            reason=reason,
+            api_key=api_key,
+            owner_attempt=owner_attempt,
+            force=force,
+            finish_reason=finish_reason,
+        )
+        return record
+
+    async def settle_once(
+        self,
+        rollout_id: str,
+        *,
+        reason: str,
+        api_key: str | None = None,
+        owner_attempt: int | None = None,
+        force: bool = False,
+        finish_reason: str = "error",
+    ) -> tuple[RolloutRecord | None, bool]:
+        """:meth:`settle`, and whether this call was the one that took the record and sent its
+        response (False: it was final already, or someone else holds it). Recovery reports
+        count only what they did, so two re-drives at once never both count one rollout."""
         now = self.clock()
         record = await self.store.get(rollout_id, now=now)
         if record is None:
             logger.error("nothing to settle; no record", extra={"rollout_id": rollout_id})
-            return None
+            return None, False
         if record.state in (RecordState.DELIVERED, RecordState.UNDELIVERABLE):
-            return record
+            return record, False
         key = api_key if api_key is not None else await self._open_key(record)
         if record.state in (RecordState.ACCEPTED, RecordState.RUNNING):
             mine = owner_attempt is not None and record.attempt == owner_attempt
@@ -104,10 +127,10 @@ class Settlement:
                 even_if_leased=force,
             )
         else:  # pragma: no cover - every state is handled above
-            return record
+            return record, False
         if not moved.applied or moved.record is None:
-            return moved.record  # someone else holds it and will report it
-        return await self.delivery.deliver(moved.record, api_key=key)
+            return moved.record, False  # someone else holds it and will report it
+        return await self.delivery.deliver(moved.record, api_key=key), True
 
     async def report_failed_job(self, job: Job, *, reason: str) -> RolloutRecord | None:
         """A job AWS gave up on (the on-failure destination, the dead-letter queue): settle its

@@ -301,9 +301,14 @@ def run_aws_parked_redrive(rig: AwsRig, scale: Scale, say: Say = quiet) -> Row:
             f"{item.rollout_id}: record {record.state if record else None} after the re-drive",
         )
     examined = [r["examined"] for r in reports]
+    counted = [r["delivered"] for r in reports]
+    row.check(
+        sum(counted) == len(ids), f"the two re-drives reported {counted} delivered of {len(ids)}"
+    )
     row.check(again["delivered"] == 0, f"a third re-drive delivered {again['delivered']}")
     row.measured = (
-        f"{len(ids)} parked, sealed; two concurrent re-drives (examined {examined}) and a third; "
+        f"{len(ids)} parked, sealed; two concurrent re-drives (examined {examined}, reported "
+        f"delivered {counted}) and a third; "
         f"POSTs per rollout {spread(i.attempts for i in items)} "
         f"({sum(i.attempts - i.received for i in items)} failed, "
         f"{sum(i.received for i in items)} delivered)"

@@ -142,6 +142,18 @@ async def test_a_parked_response_is_redriven_when_due_and_only_then() -> None:
     assert gate.on(COMPLETED_PATH)[1].headers["authorization"] == f"Bearer {KEY}"
 
 
+async def test_two_redrives_at_once_count_a_rollout_once_between_them() -> None:
+    gate = FakeTrainGate(completed=[httpx.Response(503), httpx.Response(200, json={})])
+    engine, store, gate, _ = await rig(gate=gate, sealed=False)
+    await engine.require_worker().run(Job("r1", api_key=KEY))
+    await _make_due(store, "r1")
+    first, second = await asyncio.gather(engine.recovery.redrive(), engine.recovery.redrive())
+    assert (first.examined, second.examined) == (1, 1)  # both found it due
+    assert sorted(first.delivered + second.delivered) == ["r1"]  # one of them sent it
+    assert sorted(first.skipped + second.skipped) == ["r1"]  # the other did nothing to it
+    assert len(gate.on(COMPLETED_PATH)) == 2  # the failed first attempt and one re-send
+
+
 async def test_the_redrive_gives_up_after_its_max_age() -> None:
     gate = FakeTrainGate(completed=[httpx.Response(503)])
     engine, store, gate, _ = await rig(gate=gate)
