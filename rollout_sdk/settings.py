@@ -1,7 +1,10 @@
 """Settings, read from the environment under the v1 SDK's variable names (protocol.md section 7).
 
-Read once, through :func:`get_settings`, by the wiring (the CLI, ``create_app``, ``handler.py``);
-nothing else in the kit reads ``os.environ``. Out-of-range values raise
+Read once, through :func:`get_settings`, by the wiring (the CLI, ``create_app``, the Lambda
+composition root, which also checks the Lambda functions' own variables with
+:func:`load_lambda_settings`); no other module reads a setting from ``os.environ``. (The embedded
+emulator copies the environment for its child process, and ``rollout-sdk invoke`` writes a
+function's environment, as its job.) Out-of-range values raise
 :class:`~rollout_sdk.errors.ConfigurationError` naming the variable.
 """
 
@@ -222,18 +225,19 @@ def load_settings(**overrides: Any) -> RolloutSettings:
         problems.append(_describe(exc, KIT_PREFIX))
     # Strings and secrets only: nothing in it can be out of range.
     cli = CliSettings(**overrides.pop("cli", {}))
-    aws: LambdaSettings | None = None
+    # Read by the Lambda functions only, which check them (load_lambda_settings): their names are
+    # generic (WORKER_TIMEOUT_SECONDS, HAND_OFF), so the local tools must not fail on them.
     try:
         aws = LambdaSettings(**overrides.pop("aws", {}))
-    except ValidationError as exc:
-        problems.append(_describe(exc, ""))  # its errors carry the variable's name
+    except ValidationError:
+        aws = LambdaSettings.model_construct()
     try:
         top = RolloutSettings(
             client=client or RolloutClientSettings.model_construct(),
             server=server or RolloutServerSettings.model_construct(),
             kit=kit or KitSettings.model_construct(),
             cli=cli,
-            aws=aws or LambdaSettings.model_construct(),
+            aws=aws,
             **overrides,
         )
     except ValidationError as exc:
@@ -242,6 +246,16 @@ def load_settings(**overrides: Any) -> RolloutSettings:
         lines = [line for p in problems for line in p.splitlines()[1:]]
         raise ConfigurationError("invalid settings:\n" + "\n".join(lines))
     return top
+
+
+def load_lambda_settings() -> LambdaSettings:
+    """The Lambda functions' variables, checked: ConfigurationError naming every bad one (the
+    Lambda composition root calls it; the rest of the tree comes from :func:`get_settings`)."""
+    try:
+        return LambdaSettings()
+    except ValidationError as exc:
+        lines = _describe(exc, "").splitlines()[1:]  # its errors carry the variable's name
+        raise ConfigurationError("invalid settings:\n" + "\n".join(lines)) from exc
 
 
 _configured: RolloutSettings | None = None

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from rollout_sdk.aws.clients import AwsClients
 from rollout_sdk.errors import ConfigurationError
-from rollout_sdk.settings import get_settings
+from rollout_sdk.settings import get_settings, load_lambda_settings
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -116,7 +116,7 @@ class LambdaRuntime:
         from rollout_sdk.agent.loader import load_agent_loop
         from rollout_sdk.agent.validation import validate_agent_loop
 
-        settings = get_settings()
+        settings = get_settings().model_copy(update={"aws": load_lambda_settings()})
         spec, _ = required_variables(settings.aws)
         agent_loop = load_agent_loop(spec)
         validate_agent_loop(agent_loop).raise_if_invalid()

@@ -57,9 +57,15 @@ class Leases:
         """Renew the lease every ``heartbeat_seconds`` while the block runs; ``on_record`` sees
         each renewed record (the worker reads ``cancel_requested`` from it)."""
 
+        stop = asyncio.Event()
+
         async def beat() -> None:
-            while True:
-                await asyncio.sleep(self.heartbeat_seconds)
+            while not stop.is_set():
+                try:
+                    await asyncio.wait_for(stop.wait(), self.heartbeat_seconds)
+                    return  # the block ended
+                except TimeoutError:
+                    pass
                 now = self.clock()
                 try:
                     renewed = await self.store.renew(
@@ -83,5 +89,8 @@ class Leases:
         try:
             yield
         finally:
-            task.cancel()
+            # Not cancelled: a renewal under way (on a store's thread, which a cancel would not
+            # stop) finishes before the block's next move, or it could re-lease what that move
+            # just released (a parked response, held for a lease period more).
+            stop.set()
             await asyncio.gather(task, return_exceptions=True)

@@ -133,7 +133,7 @@ def create_app(
             f"create_app: ignoring unknown arguments {sorted(more)}", UserWarning, stacklevel=2
         )
     validate_agent_loop(agent_loop).raise_if_invalid()
-    settings = settings or get_settings()
+    settings = settings or (engine.settings if engine is not None else get_settings())
     server_changes: dict[str, Any] = {}
     if max_concurrent:
         server_changes["max_concurrent_rollouts"] = max_concurrent
@@ -158,8 +158,15 @@ def create_app(
             agent_loop=agent_loop,
             debug_dir=debug_dir,
         )
-    elif store is not None or client is not None or vault is not None:
-        raise ConfigurationError("create_app: pass either engine or store/client/vault, not both")
+    elif store is not None or client is not None or vault is not None or debug_dir is not None:
+        raise ConfigurationError(
+            "create_app: pass either engine or store/client/vault/debug_dir, not both"
+        )
+    elif record_ttl_seconds or engine.settings is not settings:
+        # The engine keeps the settings it was built with; init must use the same ones.
+        raise ConfigurationError(
+            "create_app: with engine, pass the engine's own settings and no record_ttl_seconds"
+        )
     worker = engine.require_worker()
     dispatcher = (
         dispatcher

@@ -200,20 +200,22 @@ class EmbeddedMoto(StartStop):
             text=True,
         )
         self._process = process
-        assert process.stdout is not None
-        ready, _, _ = select.select([process.stdout], [], [], self.START_TIMEOUT)
-        line = process.stdout.readline() if ready else ""
-        if not line.startswith("{"):
-            error = self._error()
-            self.stop()
-            raise ConfigurationError(f"the embedded AWS emulator did not start{error}")
-        self.endpoint_url = f"http://127.0.0.1:{json.loads(line)['port']}"
-        body = json.dumps({"lambda": {"use_docker": False}}).encode()
-        request = urllib.request.Request(  # noqa: S310 - loopback URL we just started
-            f"{self.endpoint_url}/moto-api/config", data=body, method="POST"
-        )
-        with urllib.request.urlopen(request, timeout=10):  # noqa: S310
-            pass
+        try:
+            assert process.stdout is not None
+            ready, _, _ = select.select([process.stdout], [], [], self.START_TIMEOUT)
+            line = process.stdout.readline() if ready else ""
+            if not line.startswith("{"):
+                raise ConfigurationError(f"the embedded AWS emulator did not start{self._error()}")
+            self.endpoint_url = f"http://127.0.0.1:{json.loads(line)['port']}"
+            body = json.dumps({"lambda": {"use_docker": False}}).encode()
+            request = urllib.request.Request(  # noqa: S310 - loopback URL we just started
+                f"{self.endpoint_url}/moto-api/config", data=body, method="POST"
+            )
+            with urllib.request.urlopen(request, timeout=10):  # noqa: S310
+                pass
+        except BaseException:
+            self.stop()  # nothing outlives a failed start: not the child, not its pipes
+            raise
         return self
 
     def stop(self) -> None:

@@ -2,11 +2,11 @@
 ``sam local invoke`` does, without a container engine.
 
 The environment is resolved from the template as SAM would (parameter defaults, plus the
-resources of the embedded emulator for ``!Ref``) and written into this process's ``os.environ``
-(on purpose, and the one place the kit writes it besides the emulator's fake credentials: the
-handler reads its settings from there, as on Lambda), ``handler.py`` is imported in this
-process, and the handler is called with a Lambda context whose remaining time is the function's
-timeout.
+resources of the embedded emulator for ``!Ref``, and fake credentials where Lambda would put
+real ones) and written into this process's ``os.environ``: on purpose, the one place the kit
+writes it, because the handler reads its settings from there, as on Lambda. ``handler.py`` is
+then imported in this process, and the handler is called with a Lambda context whose remaining
+time is the function's timeout.
 """
 
 from __future__ import annotations

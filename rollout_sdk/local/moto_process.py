@@ -43,8 +43,14 @@ class SerialDynamoDB:
         if not environ.get("HTTP_X_AMZ_TARGET", "").startswith("DynamoDB_"):
             return self.app(environ, start_response)
         with self._lock:
-            # The whole answer is made under the lock: moto's body is a list, made by now.
-            return list(self.app(environ, start_response))
+            # The whole answer is made under the lock, and the iterable closed (PEP 3333).
+            answer = self.app(environ, start_response)
+            try:
+                return list(answer)
+            finally:
+                close = getattr(answer, "close", None)
+                if close is not None:
+                    close()
 
 
 def main(argv: list[str]) -> int:

@@ -143,19 +143,25 @@ def build_local_app(
             docs=docs,
         )
     lock = StateLock(state_dir).acquire()
+    opened: Store | None = None
     try:
+        opened = open_store("sqlite", state_dir)
         return create_app(
             agent_loop,
             settings=settings,
             debug_dir=debug_dir,
             api_keys=api_keys,
-            store=open_store("sqlite", state_dir),
+            store=opened,
             vault=LocalVault(Path(state_dir) / KEY_FILE),
             sweep_on_start=True,
             on_shutdown=lock.release,
             docs=docs,
         )
     except BaseException:
+        from rollout_sdk.store.sqlite import SQLiteStore
+
+        if isinstance(opened, SQLiteStore):
+            opened.close_now()  # nothing started: close the file here, not through the app
         lock.release()
         raise
 

@@ -369,8 +369,10 @@ class TransactionalStore(Store):
 
     Subclasses provide :meth:`_transaction` (atomic against every other caller) and :meth:`_scan`.
     Each primitive is one synchronous function handed to :meth:`_run`, which runs it inline by
-    default: a back end that can block (SQLite's file locks) overrides it with one hop to a
-    thread of its own, so a whole transaction is one hop and the event loop never waits on it.
+    default: a back end that can block (SQLite's file locks) overrides it, so a unit that would
+    wait runs whole on a thread of its own and the event loop never waits on it. A unit may be
+    run again from its start there (a scan's purge, then its read), so each must be safe to
+    repeat: the purge and every move are.
     """
 
     async def _run(self, work: Callable[[], T]) -> T:

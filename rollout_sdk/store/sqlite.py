@@ -108,10 +108,14 @@ class SQLiteStore(TransactionalStore):
             # The thread's connection waits for locks; the loop's never does (timeout 0) and
             # leaves checkpoints to the thread.
             self._patient = self._connect(busy_timeout_seconds)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open the SQLite store at {self.path}: {exc}") from exc
+        try:
             self._patient.executescript(_SCHEMA)
             self._prompt = self._connect(0)
             self._prompt.execute("PRAGMA wal_autocheckpoint=0")
         except (OSError, sqlite3.Error) as exc:
+            self._patient.close()
             raise StoreError(f"cannot open the SQLite store at {self.path}: {exc}") from exc
         # Each connection is used by one caller at a time; the loop's lock is only ever tried.
         self._prompt_lock = threading.Lock()
@@ -175,7 +179,8 @@ class SQLiteStore(TransactionalStore):
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
-            if not may_wait and exc.sqlite_errorcode == sqlite3.SQLITE_BUSY:
+            # The extended code's low byte is the primary one: BUSY_RECOVERY, _SNAPSHOT, ...
+            if not may_wait and exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
                 raise _WouldWait from exc
             raise StoreError(f"SQLite store {self.path}: {exc}") from exc
         except sqlite3.Error as exc:
@@ -213,6 +218,15 @@ class SQLiteStore(TransactionalStore):
         with self._patient_lock, self._prompt_lock:
             self._prompt.close()
             self._patient.close()
+
+    def close_now(self) -> None:
+        """Close the database file at once, from synchronous code that ran nothing on it yet
+        (a server that failed to start)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._executor.submit(self._close).result()
+        self._executor.shutdown(wait=True)
 
     async def close(self) -> None:
         """Close the database file, after the transactions already handed to the thread."""

@@ -45,13 +45,26 @@ def test_a_worker_timeout_over_lambdas_limit_is_refused() -> None:
         LambdaSettings.model_validate({"WORKER_TIMEOUT_SECONDS": 901})
 
 
-def test_a_bad_lambda_variable_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bad_lambda_variable_is_named_by_the_lambda_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENT_LOOP", "examples.calculator.agent:agent_loop")
+    monkeypatch.setenv("TABLE_NAME", "t")
     monkeypatch.setenv("WORKER_TIMEOUT_SECONDS", "901")
     monkeypatch.setenv("HAND_OFF", "sideways")
     with pytest.raises(ConfigurationError) as caught:
-        load_settings()
+        LambdaRuntime.from_environment()
     assert "WORKER_TIMEOUT_SECONDS: Input should be less than or equal to 900" in str(caught.value)
     assert "HAND_OFF" in str(caught.value)
+
+
+def test_the_local_tools_do_not_fail_on_the_lambda_functions_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Generic names an unrelated environment may hold: only the Lambda functions read them.
+    monkeypatch.setenv("WORKER_TIMEOUT_SECONDS", "3600")
+    monkeypatch.setenv("HAND_OFF", "sideways")
+    settings = load_settings()
+    assert settings.aws.worker_timeout_seconds == 900
+    assert settings.aws.hand_off == "direct"
 
 
 def test_the_local_tools_need_no_lambda_variable(monkeypatch: pytest.MonkeyPatch) -> None:
