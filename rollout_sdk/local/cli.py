@@ -94,6 +94,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             f"(store: {where}; server key: {'required' if keys else 'none'})",
             file=sys.stderr,
         )
+        forgets = _what_a_restart_forgets(args.store, embedded=emulator is not None)
+        if forgets:
+            print(f"rollout-sdk: note: {forgets}", file=sys.stderr)
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     except (ConfigurationError, StoreError) as exc:
         return _fail(str(exc), 1)
@@ -101,6 +104,25 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         if emulator is not None:
             emulator.stop()
     return 0
+
+
+def _what_a_restart_forgets(store: str, *, embedded: bool) -> str | None:
+    """What the chosen store loses when the server stops, said at start-up; None for SQLite,
+    whose restart sweep reports every rollout a stopped server left in flight."""
+    if store == "memory" or embedded:
+        what = "the memory store" if store == "memory" else "the embedded emulator"
+        return (
+            f"{what} forgets everything when this server stops: idempotency records, final "
+            "responses, and rollouts still in flight, which are then never reported; the "
+            "default SQLite store keeps them"
+        )
+    if store == "dynamodb":
+        return (
+            "rollouts in flight when this server stops are not reported at its next start on "
+            "--dynamodb-endpoint (no restart sweep on this store yet); the re-drive still "
+            "re-sends parked responses"
+        )
+    return None
 
 
 def _cmd_invoke(args: argparse.Namespace) -> int:

@@ -125,3 +125,22 @@ async def test_serve_takes_the_server_key_from_the_option_and_the_settings(
         ]
     assert refused.status_code == 401
     assert [r.status_code for r in allowed] == [200] * len(accepted)
+
+
+def test_serve_says_at_start_up_what_a_memory_store_forgets(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import uvicorn
+
+    from rollout_sdk.local.cli import _what_a_restart_forgets, main
+
+    monkeypatch.setattr(uvicorn, "run", lambda app, **_: None)
+    argv = ["serve", "--agent", "examples.calculator.agent:agent_loop", "--store", "memory"]
+    assert main(argv) == 0
+    assert "note: the memory store forgets everything when this server stops" in (
+        capsys.readouterr().err
+    )
+    # SQLite's restart sweep reports what a stopped server left in flight: nothing to say.
+    assert _what_a_restart_forgets("sqlite", embedded=False) is None
+    assert "embedded emulator forgets" in str(_what_a_restart_forgets("dynamodb", embedded=True))
+    assert "no restart sweep" in str(_what_a_restart_forgets("dynamodb", embedded=False))
