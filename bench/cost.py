@@ -201,8 +201,10 @@ def render(measured: dict[str, Any], units: dict[str, Any]) -> str:
         "item it wrote). AWS requests per rollout on the happy path: five (TransactWriteItems and",
         "Invoke at init; three UpdateItem in the worker), counted by `make bench`.",
         "- Not per rollout, so not in the table: the re-drive function's schedule (one short",
-        "  invocation and one table scan per `RedriveIntervalMinutes`), the KMS key ($1 a month) and",
-        "  the server-key secret ($0.40 a month), and the queue poller's empty receives.",
+        "  invocation per `RedriveIntervalMinutes`, whose queries of the due index read only what",
+        "  waits: eight empty queries, 4 read units, when nothing does, and 2 write units for its",
+        "  pass lease), the KMS key ($1 a month) and the server-key secret ($0.40 a month), and",
+        "  the queue poller's empty receives.",
         "",
         "## Formula",
         "",
@@ -279,7 +281,7 @@ def render(measured: dict[str, Any], units: dict[str, Any]) -> str:
         "  waits; less than 512 MB slows the cold start (Lambda gives CPU in proportion to memory) and",
         "  leaves little room for a batch of ten conversations in queue mode.",
         "- DynamoDB, API Gateway and logs cost a few dollars per million rollouts at most; the",
-        "  re-drive's table scan and the KMS requests of parked responses are not on the happy path.",
+        "  re-drive's index queries and the KMS requests of parked responses are not on the happy path.",
         "",
     ]
     return "\n".join(lines)

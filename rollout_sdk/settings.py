@@ -93,6 +93,10 @@ class KitSettings(BaseSettings):
     #: How often the re-drive sends undelivered final responses again, and for how long.
     redrive_interval_seconds: float = Field(30.0, ge=1, le=3600)
     redrive_max_age_seconds: int = Field(86400, ge=60, le=30 * 24 * 3600)
+    #: One re-drive pass starts no new work after this long (the scheduled function runs every
+    #: minute; a pass holds the pass lease until it ends), and sends this many at once.
+    redrive_pass_seconds: float = Field(40.0, ge=1, le=3600)
+    redrive_concurrency: int = Field(16, ge=1, le=1000)
 
     @model_validator(mode="after")
     def _consistent(self) -> KitSettings:

@@ -7,6 +7,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Self
 
@@ -129,6 +130,7 @@ class ServerProcess(HTTPSubprocess):
         env: dict[str, str] | None = None,
         cwd: str | Path = REPO_ROOT,
         log_level: str = "warning",
+        extra_args: Sequence[str] = (),
     ) -> None:
         port = free_port()
         argv = [
@@ -146,6 +148,7 @@ class ServerProcess(HTTPSubprocess):
             str(state_dir),
             "--log-level",
             log_level,
+            *extra_args,
         ]
         # The key goes through the environment, not argv, so `ps` does not show it.
         extra = {"ROLLOUT_SDK_SERVER_KEY": server_key} if server_key else {}

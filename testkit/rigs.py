@@ -83,13 +83,24 @@ LOCAL_REQUEST_TIMEOUT = 4.0
 
 
 class LocalRig(StartStop):
-    """A ``rollout-sdk serve`` subprocess (SQLite, in a fresh state folder) serving the suite's
-    agent, and a TrainGate stand-in on another loopback port. ``kill`` and ``restart`` run the
-    same command again in the same folder, on the same port."""
+    """A ``rollout-sdk serve`` subprocess (SQLite, in a fresh state folder; or with
+    ``store="dynamodb"``, DynamoDB on a moto server of the rig's own, which outlives the
+    server's kills, through ``--dynamodb-endpoint``) serving the suite's agent, and a TrainGate
+    stand-in on another loopback port. ``kill`` and ``restart`` run the same command again in the
+    same folder, on the same port."""
 
-    def __init__(self, *, env: dict[str, str], name: str = "rig", keep_chat: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        env: dict[str, str],
+        name: str = "rig",
+        keep_chat: bool = False,
+        store: str = "sqlite",
+    ) -> None:
         self.env = env
         self.name = name
+        self.store = store
+        self.emulator: Any = None
         self.standin = TrainGateStandIn(callback_key=CALLBACK_KEY)
         #: Log chat bodies too (what a timed-out rollout's conversation is checked against).
         self.standin.keep_chat_bodies = keep_chat
@@ -115,12 +126,20 @@ class LocalRig(StartStop):
         self.state_dir = Path(self._tmp.name)
         try:
             self.traingate.start()
+            extra: list[str] = []
+            if self.store == "dynamodb":
+                from rollout_sdk.local.emulator import EmbeddedMoto
+
+                self.emulator = EmbeddedMoto().start()
+                extra = ["--dynamodb-endpoint", self.emulator.endpoint_url]
             self.server = ServerProcess(
                 agent=AGENT,
+                store=self.store,
                 state_dir=self.state_dir,
                 server_key=SERVER_KEY,
                 env=self.env,
                 log_level="warning",
+                extra_args=extra,
             )
             self.server.env = isolated_env({**self.env, "ROLLOUT_SDK_SERVER_KEY": SERVER_KEY})
             self.server.start(timeout=60)
@@ -181,6 +200,9 @@ class LocalRig(StartStop):
         finally:
             self.standin.release()
             self.traingate.stop()
+            if self.emulator is not None:
+                self.emulator.stop()
+                self.emulator = None
             if self._tmp is not None:
                 self._tmp.cleanup()
                 self._tmp = None

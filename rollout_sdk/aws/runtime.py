@@ -204,8 +204,11 @@ class LambdaRuntime:
 
     @cached_property
     def recovery(self) -> Recovery:
-        """The engine's recovery (the scheduled re-drive)."""
-        return self.engine.recovery
+        """The engine's recovery (the scheduled re-drive), handing off again through the
+        template's hand-off what a duplicate init's failed hand-off left waiting."""
+        recovery = self.engine.recovery
+        recovery.hand_off = self.dispatcher.dispatch
+        return recovery
 
     # ------------------------------------------------------------------ API function
 

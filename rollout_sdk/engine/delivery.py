@@ -59,7 +59,12 @@ class Delivery:
         if response is None or record.state != RecordState.FINISHED:
             return record
         server_url = str(record.request["server_url"])
-        async with self.leases.holding(record.rollout_id, record.attempt, RecordState.FINISHED):
+        async with self.leases.holding(
+            record.rollout_id,
+            record.attempt,
+            RecordState.FINISHED,
+            watch=self.leases.watches(record),
+        ):
             result = await self.client.complete_rollout(server_url, response, api_key=api_key)
         return await self._record(record, result, api_key)
 

@@ -46,6 +46,13 @@ class Leases:
         """When a lease taken or renewed at ``now`` runs out."""
         return now + self.seconds
 
+    @staticmethod
+    def watches(record: RolloutRecord | None) -> bool:
+        """A lease on ``record`` is watched by the re-drive (in the due index until it runs out):
+        the record holds the sealed callback key, so a recoverer can report it without the
+        holder. (On a store with an owner, every lease is watched: the store sees to that.)"""
+        return record is not None and record.sealed_key is not None
+
     @asynccontextmanager
     async def holding(
         self,
@@ -53,9 +60,12 @@ class Leases:
         attempt: int,
         state: RecordState,
         on_record: Callable[[RolloutRecord], None] | None = None,
+        *,
+        watch: bool = False,
     ) -> AsyncIterator[None]:
         """Renew the lease every ``heartbeat_seconds`` while the block runs; ``on_record`` sees
-        each renewed record (the worker reads ``cancel_requested`` from it)."""
+        each renewed record (the worker reads ``cancel_requested`` from it); a ``watch``-ed
+        lease's due time moves with it."""
 
         stop = asyncio.Event()
 
@@ -74,6 +84,7 @@ class Leases:
                         attempt=attempt,
                         lease_until=self.until(now),
                         now=now,
+                        watch=watch,
                     )
                 except StoreError as exc:
                     logger.warning(

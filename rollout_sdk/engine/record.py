@@ -71,6 +71,11 @@ def differing_fields(stored: dict[str, Any], incoming: dict[str, Any]) -> list[s
     return [key for key in keys if stored.get(key) != incoming.get(key)]
 
 
+#: The longest a hand-off may wait for its worker: Lambda's MaximumEventAgeInSeconds and the
+#: rollout queue's MessageRetentionPeriod in template.yaml (tests/aws/test_table_ttl.py).
+MAX_HANDOFF_WAIT_SECONDS = 21600
+
+
 def expiry(now: float, ttl_seconds: float) -> int:
     """``expires_at`` for a record changed at ``now``: whole epoch seconds, as DynamoDB's TTL
     wants them, rounded up so a record never expires early."""
@@ -100,6 +105,9 @@ class RolloutRecord:
     next_attempt_at: float | None = None
     last_error: str | None = None
     handoffs: int = 0
+    #: When a recoverer must look at the record (the due index): a parked response's next try,
+    #: a watched lease's end, a duplicate's hand-off lease; None keeps it out of the index.
+    due_at: float | None = None
     #: The callback key, sealed by a KeyVault; only while a report may still need it.
     sealed_key: str | None = field(default=None, repr=False)
     extra: dict[str, Any] = field(default_factory=dict)

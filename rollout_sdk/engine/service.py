@@ -7,7 +7,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rollout_sdk.engine.record import RecordState, RolloutRecord, differing_fields
+from rollout_sdk.engine.record import (
+    MAX_HANDOFF_WAIT_SECONDS,
+    RecordState,
+    RolloutRecord,
+    differing_fields,
+    expiry,
+)
 from rollout_sdk.engine.rules import AgentTools, check_metadata_size, check_server_url
 from rollout_sdk.errors import (
     DispatchError,
@@ -27,6 +33,22 @@ if TYPE_CHECKING:
 from rollout_sdk.dispatch.base import Job
 
 logger = logging.getLogger("rollout_sdk.engine.service")
+
+
+def slot_expiry(now: float, settings: RolloutSettings) -> int:
+    """How long an idempotency slot taken at ``now`` is kept: as long as its record can live,
+    however its moves extend it (the longest wait for a worker, the run, the re-drive's age
+    limit, then the record TTL after the last move, and a lease of slack). A slot that outlives
+    its record is free for the next create."""
+    ttl = float(settings.server.record_ttl_seconds)
+    return expiry(
+        now,
+        MAX_HANDOFF_WAIT_SECONDS
+        + float(settings.server.request_timeout_seconds)
+        + float(settings.kit.redrive_max_age_seconds)
+        + ttl
+        + float(settings.kit.lease_seconds),
+    )
 
 
 class RolloutService:
@@ -76,7 +98,9 @@ class RolloutService:
         vault = self.engine.vault if self.engine is not None else None
         if self.seal_at_init and vault is not None and request.api_key is not None:
             record = record.evolve(sealed_key=await vault.seal(request.api_key))
-        created = await self.store.create(record, now=now)
+        created = await self.store.create(
+            record, now=now, slot_expires_at=slot_expiry(now, self.settings)
+        )
         if not created.created:
             return await self._duplicate(record, created.record, created.conflict_on, request)
         try:
@@ -138,23 +162,51 @@ class RolloutService:
         )
 
     async def _hand_off_again(self, holder: RolloutRecord, request: RolloutRequest) -> None:
-        """A duplicate of a rollout no worker has claimed yet hands it off too.
+        """A duplicate of a rollout no worker has claimed yet hands it off too, at most once per
+        hand-off lease however many duplicates arrive.
 
         The first init's hand-off may still fail and release the record after this duplicate
-        answered 202, which would lose the rollout. So the duplicate marks the record (which
-        makes the release a no-op) and dispatches the job itself; the worker's claim makes sure
-        only one of the jobs runs. A rotated callback key travels with the new job.
+        answered 202, which would lose the rollout. So the duplicate takes the record's hand-off
+        lease (which makes the release a no-op), seals the callback key into the record, and
+        dispatches the job itself; the worker's claim makes sure only one of the jobs runs. With
+        the key sealed, the record is due for the re-drive when that lease runs out, so if this
+        hand-off fails too the re-drive hands the rollout off again: this init can answer 202
+        either way. Duplicates that find the lease held answer 202 and hand nothing off. A
+        rotated callback key travels with the new job.
         """
         now = self.clock()
+        if not holder.lease_free(now):
+            return  # another duplicate handed it off within this lease
+        vault = self.engine.vault if self.engine is not None else None
+        sealed = None
+        if request.api_key is not None and vault is not None:
+            sealed = await vault.seal(request.api_key)
+        watched = request.api_key is None or sealed is not None
         marked = await self.store.mark_handoff(
-            holder.rollout_id, count=holder.handoffs + 1, now=now
+            holder.rollout_id,
+            count=holder.handoffs + 1,
+            lease_until=now + float(self.settings.kit.lease_seconds),
+            sealed_key=sealed,
+            watch=watched,
+            now=now,
         )
-        if marked.applied:
+        if not marked.applied:
+            if marked.record is None:
+                # The first init's hand-off failed and released the claim: this init did not
+                # start the rollout either, and must say so.
+                raise DispatchError("the rollout's hand-off failed")
+            return  # claimed meanwhile, or another duplicate took the lease first
+        try:
             await self._hand_off(request)
-        elif marked.record is None:
-            # The first init's hand-off failed and released the claim: this init did not start
-            # the rollout either, and must say so.
-            raise DispatchError("the rollout's hand-off failed")
+        except DispatchError as exc:
+            if not watched:
+                raise  # no sealed key: nothing could hand it off later; TrainGate retries
+            logger.warning(
+                "a duplicate's hand-off failed; the re-drive hands the rollout off again",
+                extra={"rollout_id": holder.rollout_id, "error": str(exc)},
+            )
+            return
+        await self.store.handed_off(holder.rollout_id, expires_at=holder.expires_at, now=now)
 
     # ------------------------------------------------------------------ status and cancel
 

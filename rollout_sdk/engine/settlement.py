@@ -50,7 +50,8 @@ class Settlement:
         self.vault = vault
         self.clock = clock
 
-    async def _open_key(self, record: RolloutRecord) -> str | None:
+    async def open_key(self, record: RolloutRecord) -> str | None:
+        """The record's sealed callback key, opened (None when it holds none)."""
         if record.sealed_key is None or self.vault is None:
             return None
         return await self.vault.open(record.sealed_key)
@@ -91,18 +92,23 @@ class Settlement:
         owner_attempt: int | None = None,
         force: bool = False,
         finish_reason: str = "error",
+        current: RolloutRecord | None = None,
+        due_only: bool = False,
     ) -> tuple[RolloutRecord | None, bool]:
         """:meth:`settle`, and whether this call was the one that took the record and sent its
         response (False: it was final already, or someone else holds it). Recovery reports
-        count only what they did, so two re-drives at once never both count one rollout."""
+        count only what they did, so two re-drives at once never both count one rollout.
+
+        ``current`` is the record as the caller just read it (consistently), to save a read;
+        ``due_only`` takes a stored response over only while it is due (the re-drive)."""
         now = self.clock()
-        record = await self.store.get(rollout_id, now=now)
+        record = current if current is not None else await self.store.get(rollout_id, now=now)
         if record is None:
             logger.error("nothing to settle; no record", extra={"rollout_id": rollout_id})
             return None, False
         if record.state in (RecordState.DELIVERED, RecordState.UNDELIVERABLE):
             return record, False
-        key = api_key if api_key is not None else await self._open_key(record)
+        key = api_key if api_key is not None else await self.open_key(record)
         if record.state in (RecordState.ACCEPTED, RecordState.RUNNING):
             mine = owner_attempt is not None and record.attempt == owner_attempt
             moved = await self.store.settle(
@@ -113,6 +119,7 @@ class Settlement:
                 expires_at=expiry(now, float(self.settings.server.record_ttl_seconds)),
                 now=now,
                 even_if_leased=force or mine,
+                watch=self.leases.watches(record),
             )
             if moved.applied:
                 logger.error(
@@ -125,6 +132,8 @@ class Settlement:
                 lease_until=self.leases.until(now),
                 now=now,
                 even_if_leased=force,
+                watch=self.leases.watches(record),
+                due_by=now if due_only else None,
             )
         else:  # pragma: no cover - every state is handled above
             return record, False

@@ -128,8 +128,9 @@ class RolloutWorker:
             )
         else:
             response = await self._execute(record, job, budget)
+        watch = self.leases.watches(record)
         try:
-            finished = await self._finish(job, response)
+            finished = await self._finish(job, response, watch=watch)
         except StoreError as exc:
             # The response could not be stored (too large, a store error): store a small ERROR
             # that says why instead, so the rollout still ends with one reported status.
@@ -142,7 +143,7 @@ class RolloutWorker:
                 f"the final response could not be stored: {exc}",
                 metrics=response.metrics,
             )
-            finished = await self._finish(job, response)
+            finished = await self._finish(job, response, watch=watch)
         if not finished.applied or finished.record is None:
             # Someone else (a recovery) fixed the final response first; theirs stands.
             logger.warning(
@@ -171,9 +172,11 @@ class RolloutWorker:
         )
         return None
 
-    async def _finish(self, job: Job, response: RolloutResponse) -> TransitionResult:
+    async def _finish(
+        self, job: Job, response: RolloutResponse, *, watch: bool
+    ) -> TransitionResult:
         """RUNNING -> FINISHED on this job's attempt, with the final response and the lease for
-        delivering it."""
+        delivering it (watched by the re-drive when ``watch``)."""
         now = self.clock()
         return await self.store.finish(
             job.rollout_id,
@@ -182,16 +185,23 @@ class RolloutWorker:
             lease_until=self.leases.until(now),
             expires_at=expiry(now, self._ttl()),
             now=now,
+            watch=watch,
         )
 
     async def _execute(self, record: RolloutRecord, job: Job, budget: float) -> RolloutResponse:
         with self.cancels.watching(job.rollout_id) as cancelled:
 
-            def watch(current: RolloutRecord) -> None:
+            def note_cancel(current: RolloutRecord) -> None:
                 if current.cancel_requested:
                     cancelled.set()
 
-            async with self.leases.holding(job.rollout_id, job.attempt, RecordState.RUNNING, watch):
+            async with self.leases.holding(
+                job.rollout_id,
+                job.attempt,
+                RecordState.RUNNING,
+                note_cancel,
+                watch=self.leases.watches(record),
+            ):
                 return await self._run_agent(record, job, budget, cancelled)
 
     async def _run_agent(

@@ -179,6 +179,9 @@ def create_app(
         )
     )
     recovery = engine.recovery
+    if recovery.hand_off is None:
+        # The re-drive hands off again what a duplicate's failed hand-off left waiting.
+        recovery.hand_off = dispatcher.dispatch
     runtime = Runtime(
         service=RolloutService(
             agent_loop, engine.store, dispatcher, settings, engine=engine, seal_at_init=seal_at_init

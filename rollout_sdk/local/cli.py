@@ -69,14 +69,19 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         if args.store == "dynamodb":
             from rollout_sdk.local.emulator import EmbeddedMoto
-            from rollout_sdk.local.server import open_dynamodb_store
+            from rollout_sdk.local.server import open_dynamodb_store, owner_id
 
             endpoint = args.dynamodb_endpoint
             if endpoint is None:
                 emulator = EmbeddedMoto().start()
                 endpoint = emulator.endpoint_url
             store = open_dynamodb_store(
-                endpoint, template=args.template, with_payload_bucket=emulator is not None
+                endpoint,
+                template=args.template,
+                with_payload_bucket=emulator is not None,
+                # On an endpoint that outlives this server, its records name it: its restart
+                # sweep finds them (the embedded emulator dies with the server: nothing to find).
+                owner=None if emulator is not None else owner_id(args.state_dir),
             )
             where = f"DynamoDB at {endpoint}" + (
                 " (embedded moto, stopped on exit)" if emulator else ""
@@ -107,20 +112,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _what_a_restart_forgets(store: str, *, embedded: bool) -> str | None:
-    """What the chosen store loses when the server stops, said at start-up; None for SQLite,
-    whose restart sweep reports every rollout a stopped server left in flight."""
+    """What the chosen store loses when the server stops, said at start-up; None for SQLite and
+    ``--dynamodb-endpoint``, whose restart sweep reports every rollout a stopped server left in
+    flight (the server's owner id, in its state folder, names its records)."""
     if store == "memory" or embedded:
         what = "the memory store" if store == "memory" else "the embedded emulator"
         return (
             f"{what} forgets everything when this server stops: idempotency records, final "
             "responses, and rollouts still in flight, which are then never reported; the "
             "default SQLite store keeps them"
-        )
-    if store == "dynamodb":
-        return (
-            "rollouts in flight when this server stops are not reported at its next start on "
-            "--dynamodb-endpoint (no restart sweep on this store yet); the re-drive still "
-            "re-sends parked responses"
         )
     return None
 

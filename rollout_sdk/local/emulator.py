@@ -138,12 +138,15 @@ def table_definition(template: dict[str, Any], table_name: str) -> dict[str, Any
         props = template["Resources"][TABLE_RESOURCE]["Properties"]
     except KeyError as exc:
         raise ConfigurationError(f"template has no {TABLE_RESOURCE} resource") from exc
-    return {
+    definition = {
         "TableName": table_name,
         "AttributeDefinitions": props["AttributeDefinitions"],
         "KeySchema": props["KeySchema"],
         "BillingMode": props.get("BillingMode", "PAY_PER_REQUEST"),
     }
+    if props.get("GlobalSecondaryIndexes"):
+        definition["GlobalSecondaryIndexes"] = props["GlobalSecondaryIndexes"]
+    return definition
 
 
 def ttl_attribute(template: dict[str, Any]) -> str:

@@ -21,8 +21,30 @@ DEFAULT_STATE_DIR = Path(".rollout-state")
 SQLITE_FILE = "rollouts.sqlite3"
 LOCK_FILE = "server.lock"
 KEY_FILE = "callback-keys.key"
+OWNER_FILE = "server-id"
 
 StoreKind = Literal["sqlite", "memory", "dynamodb"]
+
+
+def owner_id(state_dir: str | Path = DEFAULT_STATE_DIR) -> str:
+    """The id of the server instance that owns ``state_dir``: made once, kept in its
+    ``server-id`` file. Records the server writes name it (a DynamoDB table may hold other
+    servers' records too), so its restart sweep reports its own and no one else's."""
+    import uuid
+
+    path = Path(state_dir) / OWNER_FILE
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    made = uuid.uuid4().hex
+    try:
+        with path.open("x", encoding="utf-8") as handle:
+            handle.write(made + "\n")
+    except FileExistsError:  # another process made it first: use theirs
+        return path.read_text(encoding="utf-8").strip()
+    return made
 
 
 def open_store(kind: StoreKind, state_dir: str | Path = DEFAULT_STATE_DIR) -> Store:
@@ -33,7 +55,7 @@ def open_store(kind: StoreKind, state_dir: str | Path = DEFAULT_STATE_DIR) -> St
     if kind == "memory":
         return MemoryStore()
     if kind == "sqlite":
-        return SQLiteStore(Path(state_dir) / SQLITE_FILE)
+        return SQLiteStore(Path(state_dir) / SQLITE_FILE, owner=owner_id(state_dir))
     if kind == "dynamodb":
         raise ServeError("the dynamodb store needs an endpoint: use open_dynamodb_store()")
     raise ServeError(f"unknown store {kind!r}; choose sqlite, memory or dynamodb")
@@ -45,12 +67,15 @@ def open_dynamodb_store(
     template: str | Path = "template.yaml",
     max_connections: int = 64,
     with_payload_bucket: bool = True,
+    owner: str | None = None,
 ) -> Store:
     """The DynamoDB store on a local endpoint, its table created from ``template`` if missing.
 
     ``with_payload_bucket`` also creates an S3 bucket there for values too large for an item
     (moto has S3; a DynamoDB-only emulator does not, and then such values are refused).
-    Raises StoreError when the endpoint cannot be used.
+    ``owner`` (a server's :func:`owner_id`) puts every record the server has in flight in the
+    due index under its id, for its restart sweep. Raises StoreError when the endpoint cannot
+    be used.
     """
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -69,7 +94,9 @@ def open_dynamodb_store(
             s3.create_bucket(Bucket=bucket)
     except (BotoCoreError, ClientError) as exc:
         raise StoreError(f"cannot use the DynamoDB endpoint {endpoint_url}: {exc}") from exc
-    return DynamoDBStore(table, client=dynamodb, s3=s3 if bucket else None, bucket=bucket)
+    return DynamoDBStore(
+        table, client=dynamodb, s3=s3 if bucket else None, bucket=bucket, owner=owner
+    )
 
 
 class StateLock:
@@ -126,14 +153,17 @@ def build_local_app(
 ) -> FastAPI:
     """The local server's app: ``create_app`` on a durable store with the in-process worker.
 
-    With the SQLite store it owns ``state_dir`` (a lock), keeps callback keys sealed under a key
-    file there, reports at start-up every rollout a previous process left in flight, and
-    re-drives undelivered responses. Raises ServeError when another server holds the folder.
+    On a store that outlives the process (SQLite, or a store with an owner: DynamoDB through
+    ``--dynamodb-endpoint``) it owns ``state_dir`` (a lock), keeps callback keys sealed under a
+    key file there, reports at start-up every rollout of its own a previous process left in
+    flight, and re-drives undelivered responses. Raises ServeError when another server holds
+    the folder.
     """
     from rollout_sdk.engine.vault import LocalVault
     from rollout_sdk.http.app import create_app
 
-    if store != "sqlite":
+    durable = store == "sqlite" or (not isinstance(store, str) and store.owner is not None)
+    if not durable:
         return create_app(
             agent_loop,
             settings=settings,
@@ -145,7 +175,7 @@ def build_local_app(
     lock = StateLock(state_dir).acquire()
     opened: Store | None = None
     try:
-        opened = open_store("sqlite", state_dir)
+        opened = open_store("sqlite", state_dir) if isinstance(store, str) else store
         return create_app(
             agent_loop,
             settings=settings,

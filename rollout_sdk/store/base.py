@@ -2,8 +2,8 @@
 
 Like Powertools' ``BasePersistenceLayer``, the port names its moves (``claim``, ``renew``,
 ``finish``, ``park``, ``deliver``, ``mark_undeliverable``, ``settle``, ``reclaim_delivery``,
-``request_cancel``, ``mark_handoff``, ``release``) and leaves each adapter the primitives
-``create``, ``get``, ``_apply``, ``release``, ``scan`` and ``close``. Every move is one
+``request_cancel``, ``mark_handoff``, ``handed_off``, ``release``) and leaves each adapter the
+primitives ``create``, ``get``, ``_apply``, ``release``, ``due``, the pass lease and ``close``. Every move is one
 ``_apply``: a :class:`Guard` (what the live record must be) and an :class:`Update` (the fields it
 sets), which the adapter writes as one conditional write (one transaction in memory and SQLite,
 one ``UpdateItem`` with a ``ConditionExpression`` on DynamoDB). Callers never spell a field name:
@@ -12,6 +12,24 @@ a misspelt one is a TypeError when the ``Update`` is built, before any store is 
 ``TransactionalStore`` is the ``_apply`` of the stores that can run a read-check-write under one
 lock or transaction (in-memory, SQLite). One contract suite (``tests/contract``) runs every move
 against every implementation.
+
+The due index. Recoverers never scan: every record one must act on carries ``due_at`` (when to
+look at it), and :meth:`Store.due` lists only those (a sparse index: a GSI on DynamoDB, a partial
+index in SQLite, a dict in memory), so a pass reads O(waiting) whatever the store holds. Which
+records are in it is decided here, by the moves:
+
+- a parked response, due at its next try (``park``);
+- a duplicate init's hand-off of a rollout still waiting for its worker, due when that hand-off
+  lease runs out (``mark_handoff``) and out again once a hand-off succeeded (``handed_off``);
+- a leased record whose lease a recoverer can take over with the callback key it holds (a
+  *watched* lease: the record holds the sealed key, say the callers, or the store is
+  :attr:`Store.owner`'s), due when the lease runs out (``claim``, ``renew``, ``finish``,
+  ``settle``, ``reclaim_delivery``);
+- on a store with an owner (a local server's), every record in flight: the restart sweep finds
+  what that server left through the same index (an idle ACCEPTED one is due at its expiry).
+
+A listing is a hint: a recoverer reads the record again, consistently, and every move stays a
+conditional write, so a stale entry can never deliver twice.
 """
 
 from __future__ import annotations
@@ -19,7 +37,7 @@ from __future__ import annotations
 import abc
 import enum
 import functools
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar
@@ -30,6 +48,8 @@ if TYPE_CHECKING:
     from rollout_sdk.protocol import RolloutResponse
 
 ConflictOn = Literal["slot", "rollout_id"]
+#: Where :meth:`Store.due` stopped; opaque to callers.
+DueCursor = tuple[Any, ...]
 T = TypeVar("T")
 
 
@@ -51,6 +71,14 @@ class TransitionResult:
     record: RolloutRecord | None
 
 
+@dataclass(frozen=True)
+class DuePage:
+    """One page of :meth:`Store.due`: the ids, and where to go on (None: nothing more)."""
+
+    rollout_ids: list[str]
+    cursor: DueCursor | None = None
+
+
 class _Unset(enum.Enum):
     UNSET = "UNSET"
 
@@ -64,12 +92,14 @@ UNSET: Final = _Unset.UNSET
 
 @dataclass(frozen=True, kw_only=True)
 class Guard:
-    """What a move expects of the live record: one of ``states``; when given, on ``attempt``; and
-    when given, with no lease held at ``lease_free_at`` (``lease_until`` unset or earlier)."""
+    """What a move expects of the live record: one of ``states``; when given, on ``attempt``;
+    when given, with no lease held at ``lease_free_at`` (``lease_until`` unset or earlier); and
+    when given, due by ``due_by`` (``due_at`` set and not later)."""
 
     states: tuple[RecordState, ...]
     attempt: int | None = None
     lease_free_at: float | None = None
+    due_by: float | None = None
 
     def admits(self, record: RolloutRecord) -> bool:
         """The live ``record`` meets the guard."""
@@ -77,6 +107,9 @@ class Guard:
             record.state in self.states
             and (self.attempt is None or record.attempt == self.attempt)
             and (self.lease_free_at is None or record.lease_free(self.lease_free_at))
+            and (
+                self.due_by is None or (record.due_at is not None and record.due_at <= self.due_by)
+            )
         )
 
 
@@ -101,6 +134,7 @@ class Update:
     next_attempt_at: float | _Unset | None = UNSET
     last_error: str | _Unset | None = UNSET
     handoffs: int | _Unset = UNSET
+    due_at: float | _Unset | None = UNSET
     #: Sealed by a KeyVault; kept out of the repr, like the record's.
     sealed_key: str | _Unset | None = field(default=UNSET, repr=False)
 
@@ -114,13 +148,19 @@ class Update:
 
 
 def _finished(
-    response: RolloutResponse, *, lease_until: float, expires_at: int, now: float
+    response: RolloutResponse,
+    *,
+    lease_until: float,
+    due_at: float | None,
+    expires_at: int,
+    now: float,
 ) -> Update:
     return Update(
         state=RecordState.FINISHED,
         response=response.model_dump(mode="json"),
         finished_at=now,
         lease_until=lease_until,
+        due_at=due_at,
         next_attempt_at=None,
         updated_at=now,
         expires_at=expires_at,
@@ -135,11 +175,38 @@ class Store(abc.ABC):
     adapters raise StoreError when the back end fails.
     """
 
+    #: The local server instance whose records these are (its id lives in its state folder), or
+    #: None (AWS: records belong to no process). With an owner, every record in flight is in the
+    #: due index, so the owner's restart sweep finds what it left.
+    owner: str | None = None
+
+    @property
+    def watches_all(self) -> bool:
+        """Every record in flight is in the due index (the store has an owner)."""
+        return self.owner is not None
+
+    def _lease_due(self, lease_until: float, watch: bool) -> float | None:
+        """``due_at`` for a lease taken until ``lease_until``: its end when watched."""
+        return lease_until if watch or self.watches_all else None
+
+    def admitted(self, record: RolloutRecord) -> RolloutRecord:
+        """``record`` as :meth:`create` stores it: with an owner, in the due index at its
+        expiry (only the owner's restart sweep acts on it before then)."""
+        if self.watches_all and record.due_at is None:
+            return replace(record, due_at=float(record.expires_at))
+        return record
+
     # ------------------------------------------------------------------ primitives
 
     @abc.abstractmethod
-    async def create(self, record: RolloutRecord, *, now: float) -> CreateResult:
-        """Insert an ACCEPTED record unless a live record holds its slot or its rollout id."""
+    async def create(
+        self, record: RolloutRecord, *, now: float, slot_expires_at: int | None = None
+    ) -> CreateResult:
+        """Insert an ACCEPTED record unless a live record holds its slot or its rollout id.
+
+        ``slot_expires_at`` (at least the record's ``expires_at``) is how long a store that keeps
+        the idempotency slot apart from the record (DynamoDB) keeps the slot: as long as the
+        record can live, however its moves extend it. A slot whose record is gone is free."""
 
     @abc.abstractmethod
     async def get(self, rollout_id: str, *, now: float) -> RolloutRecord | None:
@@ -159,10 +226,27 @@ class Store(abc.ABC):
         off since (``handoffs`` > 0); True when deleted."""
 
     @abc.abstractmethod
-    async def scan(
-        self, states: Collection[RecordState], *, now: float, limit: int = 100
-    ) -> list[RolloutRecord]:
-        """Live records in ``states``, oldest update first (sweeps and re-drive)."""
+    async def due(
+        self,
+        *,
+        now: float,
+        until: float | None = None,
+        limit: int = 100,
+        after: DueCursor | None = None,
+    ) -> DuePage:
+        """Ids of records in the due index with ``due_at <= until`` (default ``now``;
+        ``math.inf``: every one; on a store with an owner, the owner's), about earliest first,
+        a page of at most ``limit`` from ``after``. A hint: read each record again before
+        acting on it."""
+
+    @abc.abstractmethod
+    async def acquire_pass(self, name: str, *, holder: str, until: float, now: float) -> bool:
+        """Take the lease item ``name`` for ``holder`` until ``until`` unless another holder's
+        lease is still live at ``now``; True when taken (one re-drive pass at a time)."""
+
+    @abc.abstractmethod
+    async def release_pass(self, name: str, *, holder: str) -> None:
+        """Drop the lease item ``name`` if ``holder`` still holds it."""
 
     @abc.abstractmethod
     async def close(self) -> None:
@@ -171,13 +255,22 @@ class Store(abc.ABC):
     # ------------------------------------------------------------------ running
 
     async def claim(
-        self, rollout_id: str, *, attempt: int, lease_until: float, expires_at: int, now: float
+        self,
+        rollout_id: str,
+        *,
+        attempt: int,
+        lease_until: float,
+        expires_at: int,
+        now: float,
+        watch: bool = False,
     ) -> TransitionResult:
-        """ACCEPTED -> RUNNING on ``attempt``, the lease held until ``lease_until``."""
+        """ACCEPTED -> RUNNING on ``attempt``, the lease held until ``lease_until`` (watched
+        when ``watch``: see the module's due index)."""
         update = Update(
             state=RecordState.RUNNING,
             attempt=attempt,
             lease_until=lease_until,
+            due_at=self._lease_due(lease_until, watch),
             updated_at=now,
             expires_at=expires_at,
         )
@@ -191,11 +284,14 @@ class Store(abc.ABC):
         attempt: int,
         lease_until: float,
         now: float,
+        watch: bool = False,
     ) -> TransitionResult:
         """Extend the lease of ``attempt`` (running, or delivering: ``state``) to
-        ``lease_until``."""
+        ``lease_until``; a watched lease's due time moves with it."""
         guard = Guard(states=(state,), attempt=attempt)
-        return await self._apply(rollout_id, guard, Update(lease_until=lease_until), now=now)
+        due = self._lease_due(lease_until, watch)
+        update = Update(lease_until=lease_until, due_at=UNSET if due is None else due)
+        return await self._apply(rollout_id, guard, update, now=now)
 
     async def finish(
         self,
@@ -206,11 +302,18 @@ class Store(abc.ABC):
         lease_until: float,
         expires_at: int,
         now: float,
+        watch: bool = False,
     ) -> TransitionResult:
         """RUNNING on ``attempt`` -> FINISHED with ``response`` (the outbox), the lease held
         until ``lease_until`` for delivering it."""
         guard = Guard(states=(RecordState.RUNNING,), attempt=attempt)
-        update = _finished(response, lease_until=lease_until, expires_at=expires_at, now=now)
+        update = _finished(
+            response,
+            lease_until=lease_until,
+            due_at=self._lease_due(lease_until, watch),
+            expires_at=expires_at,
+            now=now,
+        )
         return await self._apply(rollout_id, guard, update, now=now)
 
     # ------------------------------------------------------------------ delivering
@@ -263,6 +366,7 @@ class Store(abc.ABC):
         lease dropped; ``sealed_key``, when given, is stored (else the stored one is kept)."""
         update = Update(
             next_attempt_at=next_attempt_at,
+            due_at=next_attempt_at,
             last_error=error,
             delivery_attempts=delivery_attempts,
             lease_until=None,
@@ -284,6 +388,7 @@ class Store(abc.ABC):
         expires_at: int,
         now: float,
         even_if_leased: bool = False,
+        watch: bool = False,
     ) -> TransitionResult:
         """ACCEPTED or RUNNING on ``attempt`` -> FINISHED with ``response`` (an ERROR naming the
         failure) on ``attempt + 1``, so the old attempt's finish loses; not while a lease is held
@@ -293,7 +398,13 @@ class Store(abc.ABC):
             attempt=attempt,
             lease_free_at=None if even_if_leased else now,
         )
-        finished = _finished(response, lease_until=lease_until, expires_at=expires_at, now=now)
+        finished = _finished(
+            response,
+            lease_until=lease_until,
+            due_at=self._lease_due(lease_until, watch),
+            expires_at=expires_at,
+            now=now,
+        )
         update = replace(finished, attempt=attempt + 1)
         return await self._apply(rollout_id, guard, update, now=now)
 
@@ -305,16 +416,25 @@ class Store(abc.ABC):
         lease_until: float,
         now: float,
         even_if_leased: bool = False,
+        watch: bool = False,
+        due_by: float | None = None,
     ) -> TransitionResult:
         """FINISHED on ``attempt`` -> FINISHED on ``attempt + 1`` with the lease until
         ``lease_until``: take over re-sending the stored response; not while a lease is held
-        unless ``even_if_leased``."""
+        unless ``even_if_leased``, and when ``due_by`` is given, only if due by then (the
+        re-drive: a response parked again meanwhile is not sent early)."""
         guard = Guard(
             states=(RecordState.FINISHED,),
             attempt=attempt,
             lease_free_at=None if even_if_leased else now,
+            due_by=due_by,
         )
-        update = Update(attempt=attempt + 1, lease_until=lease_until, updated_at=now)
+        update = Update(
+            attempt=attempt + 1,
+            lease_until=lease_until,
+            due_at=self._lease_due(lease_until, watch),
+            updated_at=now,
+        )
         return await self._apply(rollout_id, guard, update, now=now)
 
     # ------------------------------------------------------------------ init and cancel
@@ -325,11 +445,40 @@ class Store(abc.ABC):
         update = Update(cancel_requested=True, updated_at=now)
         return await self._apply(rollout_id, guard, update, now=now)
 
-    async def mark_handoff(self, rollout_id: str, *, count: int, now: float) -> TransitionResult:
-        """Record that a duplicate init handed an ACCEPTED record off again (``handoffs`` becomes
-        ``count``), which makes :meth:`release` a no-op."""
+    async def mark_handoff(
+        self,
+        rollout_id: str,
+        *,
+        count: int,
+        lease_until: float,
+        now: float,
+        sealed_key: str | None = None,
+        watch: bool = True,
+    ) -> TransitionResult:
+        """Take the hand-off lease of an ACCEPTED record no one holds (a duplicate init, or the
+        re-drive, is about to hand it off again): ``handoffs`` becomes ``count``, which makes
+        :meth:`release` a no-op, and the lease runs until ``lease_until``, so at most one
+        extra hand-off happens per lease. When ``watch`` (the callback key is ``sealed_key``,
+        stored here, or the record needs none), the record is due when the lease runs out, so
+        a hand-off that fails is tried again by the re-drive."""
+        guard = Guard(states=(RecordState.ACCEPTED,), lease_free_at=now)
+        due = self._lease_due(lease_until, watch)
+        update = Update(
+            handoffs=count,
+            lease_until=lease_until,
+            due_at=UNSET if due is None else due,
+            updated_at=now,
+            sealed_key=UNSET if sealed_key is None else sealed_key,
+        )
+        return await self._apply(rollout_id, guard, update, now=now)
+
+    async def handed_off(self, rollout_id: str, *, expires_at: int, now: float) -> TransitionResult:
+        """A hand-off of an ACCEPTED record succeeded (the job is durable with AWS, or queued in
+        this process): it leaves the due index (on a store with an owner, it goes back to being
+        due at ``expires_at``, its idle place). The hand-off lease stays, bounding hand-offs."""
         guard = Guard(states=(RecordState.ACCEPTED,))
-        return await self._apply(rollout_id, guard, Update(handoffs=count), now=now)
+        due = float(expires_at) if self.watches_all else None
+        return await self._apply(rollout_id, guard, Update(due_at=due), now=now)
 
 
 def _finished_on(attempt: int) -> Guard:
@@ -341,6 +490,7 @@ def _delivery_over(delivery_attempts: int, expires_at: int, now: float) -> Updat
     return Update(
         sealed_key=None,
         next_attempt_at=None,
+        due_at=None,
         delivery_attempts=delivery_attempts,
         lease_until=None,
         updated_at=now,
@@ -359,6 +509,14 @@ class Transaction(Protocol):
 
     def delete(self, rollout_id: str) -> None: ...
 
+    def pass_lease(self, name: str) -> tuple[str, float] | None:
+        """The holder and end of the lease item ``name``, if any."""
+        ...
+
+    def set_pass_lease(self, name: str, holder: str, until: float) -> None: ...
+
+    def drop_pass_lease(self, name: str) -> None: ...
+
 
 def _live(record: RolloutRecord | None, now: float) -> RolloutRecord | None:
     return None if record is None or record.is_expired(now) else record
@@ -367,12 +525,13 @@ def _live(record: RolloutRecord | None, now: float) -> RolloutRecord | None:
 class TransactionalStore(Store):
     """The primitives written once, over a read-check-write transaction.
 
-    Subclasses provide :meth:`_transaction` (atomic against every other caller) and :meth:`_scan`.
-    Each primitive is one synchronous function handed to :meth:`_run`, which runs it inline by
-    default: a back end that can block (SQLite's file locks) overrides it, so a unit that would
-    wait runs whole on a thread of its own and the event loop never waits on it. A unit may be
-    run again from its start there (a scan's purge, then its read), so each must be safe to
-    repeat: the purge and every move are.
+        Subclasses provide :meth:`_transaction` (atomic against every other caller), :meth:`_due`
+    and :meth:`purge_expired`.
+        Each primitive is one synchronous function handed to :meth:`_run`, which runs it inline by
+        default: a back end that can block (SQLite's file locks) overrides it, so a unit that would
+        wait runs whole on a thread of its own and the event loop never waits on it. A unit may be
+        run again from its start there (a scan's purge, then its read), so each must be safe to
+        repeat: the purge and every move are.
     """
 
     async def _run(self, work: Callable[[], T]) -> T:
@@ -388,11 +547,14 @@ class TransactionalStore(Store):
         """Delete records whose TTL has passed (DynamoDB's TTL does this on AWS); how many."""
 
     @abc.abstractmethod
-    def _scan(self, states: Collection[RecordState]) -> Iterator[RolloutRecord]:
-        """Every record in ``states``, expired ones included."""
+    def _due(self, until: float, limit: int, after: DueCursor | None) -> DuePage:
+        """The due index's page (its cursor: the last entry's ``(due_at, rollout_id)``)."""
 
-    async def create(self, record: RolloutRecord, *, now: float) -> CreateResult:
-        return await self._run(functools.partial(self._create, record, now))
+    async def create(
+        self, record: RolloutRecord, *, now: float, slot_expires_at: int | None = None
+    ) -> CreateResult:
+        # The slot is the record's own column here: it lives exactly as long as the record.
+        return await self._run(functools.partial(self._create, self.admitted(record), now))
 
     async def get(self, rollout_id: str, *, now: float) -> RolloutRecord | None:
         return await self._run(functools.partial(self._get, rollout_id, now))
@@ -405,10 +567,22 @@ class TransactionalStore(Store):
     async def release(self, rollout_id: str, *, slot: str, now: float) -> bool:
         return await self._run(functools.partial(self._release, rollout_id, slot, now))
 
-    async def scan(
-        self, states: Collection[RecordState], *, now: float, limit: int = 100
-    ) -> list[RolloutRecord]:
-        return await self._run(functools.partial(self._scan_live, tuple(states), now, limit))
+    async def due(
+        self,
+        *,
+        now: float,
+        until: float | None = None,
+        limit: int = 100,
+        after: DueCursor | None = None,
+    ) -> DuePage:
+        bound = now if until is None else until
+        return await self._run(functools.partial(self._due_live, now, bound, limit, after))
+
+    async def acquire_pass(self, name: str, *, holder: str, until: float, now: float) -> bool:
+        return await self._run(functools.partial(self._acquire_pass, name, holder, until, now))
+
+    async def release_pass(self, name: str, *, holder: str) -> None:
+        await self._run(functools.partial(self._release_pass, name, holder))
 
     # ------------------------------------------------------------------ the transactions
 
@@ -454,12 +628,23 @@ class TransactionalStore(Store):
             txn.delete(rollout_id)
             return True
 
-    def _scan_live(
-        self, states: Collection[RecordState], now: float, limit: int
-    ) -> list[RolloutRecord]:
-        # Scans run on the re-drive's timer: the place to drop expired records, so a long-lived
-        # local server does not grow without bound.
-        self.purge_expired(now)
-        live = [r for r in self._scan(states) if not r.is_expired(now)]
-        live.sort(key=lambda r: r.updated_at)
-        return live[:limit]
+    def _due_live(self, now: float, until: float, limit: int, after: DueCursor | None) -> DuePage:
+        # A listing's first page runs on the re-drive's timer: the place to drop expired
+        # records, so a long-lived local server does not grow without bound.
+        if after is None:
+            self.purge_expired(now)
+        return self._due(until, limit, after)
+
+    def _acquire_pass(self, name: str, holder: str, until: float, now: float) -> bool:
+        with self._transaction() as txn:
+            current = txn.pass_lease(name)
+            if current is not None and current[0] != holder and current[1] > now:
+                return False
+            txn.set_pass_lease(name, holder, until)
+            return True
+
+    def _release_pass(self, name: str, holder: str) -> None:
+        with self._transaction() as txn:
+            current = txn.pass_lease(name)
+            if current is not None and current[0] == holder:
+                txn.drop_pass_lease(name)

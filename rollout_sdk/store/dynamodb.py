@@ -4,6 +4,17 @@ Table layout (one table, string hash key ``pk``; see ``template.yaml``)::
 
     pk = "rollout#<rollout_id>"   the record: state, attempt, lease, request, response, ...
     pk = "slot#<slot>"            the idempotency slot: which rollout holds it
+    pk = "pass#<name>"            a lease item: which re-drive pass runs now
+
+The due index (``DUE_INDEX``, a sparse GSI, keys only): partition ``due_by``, sort ``due_at``.
+Only items with a ``due_at`` are in it (see :mod:`rollout_sdk.store.base` for which), so the
+re-drive reads O(waiting) items however large the table. ``due_by`` names who recovers the
+record: ``redrive#<n>`` (one of ``DUE_SHARDS`` partitions, by the rollout id's hash, so a burst
+of parked responses spreads its index writes) or ``server#<owner>`` for a local server's records.
+The GSI is eventually consistent: a listing is a hint, and every move stays a conditional write.
+
+The slot item lives as long as its record can (``slot_expires_at`` at create), and a create
+that finds a live slot whose record is gone takes the slot over.
 
 ``expires_at`` (Number, epoch seconds) is the table's TTL attribute. DynamoDB deletes expired items
 late (up to days), so every read and condition treats ``expires_at <= now`` as absent, and a
@@ -24,8 +35,9 @@ import asyncio
 import enum
 import hashlib
 import json
+import math
 import zlib
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, cast, get_type_hints
 
@@ -34,7 +46,15 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from rollout_sdk.engine.record import RecordState, RolloutRecord
 from rollout_sdk.errors import StoreError
-from rollout_sdk.store.base import CreateResult, Guard, Store, TransitionResult, Update
+from rollout_sdk.store.base import (
+    CreateResult,
+    DueCursor,
+    DuePage,
+    Guard,
+    Store,
+    TransitionResult,
+    Update,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -47,6 +67,17 @@ TTL_ATTRIBUTE = "expires_at"
 
 ROLLOUT_PREFIX = "rollout#"
 SLOT_PREFIX = "slot#"
+PASS_PREFIX = "pass#"  # noqa: S105 - a key prefix, not a secret
+
+#: The due index's name, and its key attributes (template.yaml's GlobalSecondaryIndexes;
+#: tests/aws/test_table_ttl.py checks they agree).
+DUE_INDEX = "due"
+DUE_PARTITION = "due_by"
+DUE_SORT = "due_at"
+#: Partitions of the due index for records no process owns. DynamoDB sustains about 1,000
+#: writes a second per partition key value; eight leave room for a whole fleet's callbacks
+#: failing at once, and cost a pass eight small queries.
+DUE_SHARDS = 8
 
 #: A DynamoDB item is at most 400 KB. Three compressed values (request, tools, response) of at
 #: most 100 KB each leave room for the other attributes; larger ones go to S3.
@@ -88,8 +119,10 @@ class DynamoDBStore(Store):
         s3: S3Client | Callable[[], S3Client] | None = None,
         bucket: str | None = None,
         inline_limit: int = DEFAULT_INLINE_LIMIT,
+        owner: str | None = None,
     ) -> None:
         self.table_name = table_name
+        self.owner = owner
         self._ddb = client
         # A callable builds the S3 client on first use: most rollouts never need it, and a
         # client costs tens of milliseconds of a cold start.
@@ -170,8 +203,23 @@ class DynamoDBStore(Store):
             return int(value) if name in _INTEGRAL else float(value)
         return value
 
+    def _due_by(self, rollout_id: str) -> str:
+        """The due index partition of ``rollout_id``'s record."""
+        if self.owner is not None:
+            return f"server#{self.owner}"
+        shard = int(hashlib.sha256(rollout_id.encode()).hexdigest()[:8], 16) % DUE_SHARDS
+        return f"redrive#{shard}"
+
+    def _partitions(self) -> list[str]:
+        if self.owner is not None:
+            return [f"server#{self.owner}"]
+        return [f"redrive#{shard}" for shard in range(DUE_SHARDS)]
+
     def _to_item(self, record: RolloutRecord) -> dict[str, Any]:
-        item: dict[str, Any] = {"pk": {"S": ROLLOUT_PREFIX + record.rollout_id}}
+        item: dict[str, Any] = {
+            "pk": {"S": ROLLOUT_PREFIX + record.rollout_id},
+            DUE_PARTITION: {"S": self._due_by(record.rollout_id)},
+        }
         for name, value in record.to_dict().items():
             encoded = self._encode(record.rollout_id, name, value)
             if encoded is not None:
@@ -192,9 +240,12 @@ class DynamoDBStore(Store):
     # Each method does all of its work (encoding, S3 for large values, DynamoDB, decoding) in
     # one worker thread: boto3 is synchronous, and one hop per operation keeps the loop free.
 
-    async def create(self, record: RolloutRecord, *, now: float) -> CreateResult:
+    async def create(
+        self, record: RolloutRecord, *, now: float, slot_expires_at: int | None = None
+    ) -> CreateResult:
         """Claim the slot and the rollout id in one transaction."""
-        return await asyncio.to_thread(self._create, record, now)
+        slot_until = max(record.expires_at, slot_expires_at or 0)
+        return await asyncio.to_thread(self._create, self.admitted(record), now, slot_until)
 
     async def get(self, rollout_id: str, *, now: float) -> RolloutRecord | None:
         return await asyncio.to_thread(self._get, rollout_id, now)
@@ -207,59 +258,99 @@ class DynamoDBStore(Store):
     async def release(self, rollout_id: str, *, slot: str, now: float) -> bool:
         return await asyncio.to_thread(self._release, rollout_id, slot, now)
 
-    async def scan(
-        self, states: Collection[RecordState], *, now: float, limit: int = 100
-    ) -> list[RolloutRecord]:
-        """Live records in ``states``. A full-table Scan: meant for sweeps and re-drive, which
-        run rarely; it reads every item, so its cost grows with the table."""
-        return await asyncio.to_thread(self._scan, tuple(states), now, limit)
+    async def due(
+        self,
+        *,
+        now: float,
+        until: float | None = None,
+        limit: int = 100,
+        after: DueCursor | None = None,
+    ) -> DuePage:
+        """Queries of the due index, partition by partition: only due items are read."""
+        bound = now if until is None else until
+        return await asyncio.to_thread(self._due, bound, limit, after)
+
+    async def backfill_due_index(self) -> int:
+        """Put the parked responses of a table written before the due index into it (once,
+        after upgrading a stack; the only Scan the kit makes). Returns how many."""
+        return await asyncio.to_thread(self._backfill)
+
+    async def acquire_pass(self, name: str, *, holder: str, until: float, now: float) -> bool:
+        return await asyncio.to_thread(self._acquire_pass, name, holder, until, now)
+
+    async def release_pass(self, name: str, *, holder: str) -> None:
+        await asyncio.to_thread(self._release_pass, name, holder)
 
     async def close(self) -> None:
         """boto3 clients need no closing; the process owns them."""
 
     # ------------------------------------------------------------------ synchronous bodies
 
-    def _create(self, record: RolloutRecord, now: float) -> CreateResult:
-        free = f"attribute_not_exists(pk) OR {TTL_ATTRIBUTE} <= :now"
-        values = {":now": _attr(now)}
-        slot_item = {
-            "pk": {"S": SLOT_PREFIX + record.slot},
-            "rollout_id": {"S": record.rollout_id},
-            TTL_ATTRIBUTE: _attr(record.expires_at),
-        }
-        puts = [
-            {
-                "Put": {
-                    "TableName": self.table_name,
-                    "Item": item,
-                    "ConditionExpression": free,
-                    "ExpressionAttributeValues": values,
-                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                }
+    def _create(self, record: RolloutRecord, now: float, slot_until: int) -> CreateResult:
+        item = self._to_item(record)  # encoded once: a large value goes to S3 once
+        stale_holder: str | None = None
+        while True:
+            free = f"attribute_not_exists(pk) OR {TTL_ATTRIBUTE} <= :now"
+            values: dict[str, Any] = {":now": _attr(now)}
+            slot_free, slot_values = free, dict(values)
+            if stale_holder is not None:
+                # The slot names a rollout whose record is gone: take it over, unless someone
+                # else did first (then the condition fails and their rollout holds it).
+                slot_free += " OR rollout_id = :stale"
+                slot_values[":stale"] = {"S": stale_holder}
+            slot_item = {
+                "pk": {"S": SLOT_PREFIX + record.slot},
+                "rollout_id": {"S": record.rollout_id},
+                TTL_ATTRIBUTE: _attr(slot_until),
             }
-            for item in (slot_item, self._to_item(record))
-        ]
-        try:
-            self._ddb.transact_write_items(TransactItems=puts)  # type: ignore[arg-type]
-            return CreateResult(True, record)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+            puts = [
+                self._put_if(slot_item, slot_free, slot_values),
+                self._put_if(item, free, values),
+            ]
+            try:
+                self._ddb.transact_write_items(TransactItems=puts)
+                return CreateResult(True, record)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+                    raise self._fail("create", exc) from exc
+                reasons = cast("list[Any]", exc.response.get("CancellationReasons") or [])
+            except BotoCoreError as exc:
                 raise self._fail("create", exc) from exc
-            reasons = cast("list[Any]", exc.response.get("CancellationReasons") or [])
-        except BotoCoreError as exc:
-            raise self._fail("create", exc) from exc
-        return self._resolve_conflict(record, reasons, now)
+            outcome = self._resolve_conflict(record, reasons, now)
+            if isinstance(outcome, CreateResult):
+                return outcome
+            if stale_holder == outcome:
+                raise StoreError(
+                    f"DynamoDB create of rollout {record.rollout_id!r}: its idempotency slot "
+                    "could not be taken over from a rollout whose record is gone; retry the init"
+                )
+            stale_holder = outcome
+
+    def _put_if(self, item: dict[str, Any], condition: str, values: dict[str, Any]) -> Any:
+        return {
+            "Put": {
+                "TableName": self.table_name,
+                "Item": item,
+                "ConditionExpression": condition,
+                "ExpressionAttributeValues": values,
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
 
     def _resolve_conflict(
         self, record: RolloutRecord, reasons: list[Any], now: float
-    ) -> CreateResult:
+    ) -> CreateResult | str:
+        """Who holds what the create wanted; or the id of a rollout whose record is gone but
+        whose slot is still live (the caller takes the slot over)."""
         codes = [r.get("Code") for r in reasons] + [None, None]
+        stale: str | None = None
         if codes[0] == "ConditionalCheckFailed":
             old = reasons[0].get("Item") or {}
             holder_id = old.get("rollout_id", {}).get("S")
             holder = self._get(holder_id, now) if holder_id else None
             if holder is not None:
                 return CreateResult(False, holder, "slot")
+            stale = holder_id
         if codes[1] == "ConditionalCheckFailed":
             holder = self._live(reasons[1].get("Item"), now) or self._get(record.rollout_id, now)
             if holder is not None:
@@ -269,6 +360,8 @@ class DynamoDBStore(Store):
             holder = self._get(record.rollout_id, now)
             if holder is not None:
                 return CreateResult(False, holder, "slot")
+        if stale is not None and codes[1] in (None, "None"):
+            return stale
         raise StoreError(
             f"DynamoDB create of rollout {record.rollout_id!r} was cancelled "
             f"({', '.join(str(c) for c in codes if c)}); retry the init"
@@ -303,8 +396,13 @@ class DynamoDBStore(Store):
             names["#lease"] = "lease_until"
             values[":lease_free"] = _attr(guard.lease_free_at)
             condition += " AND (attribute_not_exists(#lease) OR #lease < :lease_free)"
+        if guard.due_by is not None:
+            names["#due"] = DUE_SORT
+            values[":due_by"] = _attr(guard.due_by)
+            condition += " AND #due <= :due_by"
         sets, removes = [], []
-        for index, (name, value) in enumerate(update.changes().items()):
+        changes = update.changes()
+        for index, (name, value) in enumerate(changes.items()):
             names[f"#f{index}"] = name
             encoded = self._encode(rollout_id, name, value)
             if encoded is None:
@@ -312,6 +410,11 @@ class DynamoDBStore(Store):
             else:
                 values[f":v{index}"] = encoded
                 sets.append(f"#f{index} = :v{index}")
+        if changes.get("due_at") is not None:
+            # Records written before the due index have no partition: give them one.
+            names["#dueby"] = DUE_PARTITION
+            values[":dueby"] = {"S": self._due_by(rollout_id)}
+            sets.append("#dueby = if_not_exists(#dueby, :dueby)")
         expression = ""
         if sets:
             expression += "SET " + ", ".join(sets)
@@ -373,32 +476,122 @@ class DynamoDBStore(Store):
             raise self._fail("release", exc) from exc
         return True
 
-    def _scan(self, states: tuple[RecordState, ...], now: float, limit: int) -> list[RolloutRecord]:
-        values: dict[str, Any] = {":now": _attr(now), ":prefix": {"S": ROLLOUT_PREFIX}}
-        marks = []
-        for index, state in enumerate(states):
-            values[f":s{index}"] = _attr(state)
-            marks.append(f":s{index}")
+    def _due(self, until: float, limit: int, after: DueCursor | None) -> DuePage:
+        partitions = self._partitions()
+        shard, start = (int(after[0]), after[1]) if after is not None else (0, None)
+        ids: list[str] = []
+        while shard < len(partitions) and len(ids) < limit:
+            kwargs: dict[str, Any] = {
+                "TableName": self.table_name,
+                "IndexName": DUE_INDEX,
+                "KeyConditionExpression": "#by = :by",
+                "ExpressionAttributeNames": {"#by": DUE_PARTITION},
+                "ExpressionAttributeValues": {":by": {"S": partitions[shard]}},
+                "Limit": limit - len(ids),
+            }
+            if math.isfinite(until):
+                kwargs["KeyConditionExpression"] += " AND #at <= :until"
+                kwargs["ExpressionAttributeNames"]["#at"] = DUE_SORT
+                kwargs["ExpressionAttributeValues"][":until"] = _attr(until)
+            if start is not None:
+                kwargs["ExclusiveStartKey"] = start
+            try:
+                page = self._ddb.query(**kwargs)
+            except (ClientError, BotoCoreError) as exc:
+                raise self._fail("query of the due index", exc) from exc
+            ids.extend(
+                item["pk"]["S"].removeprefix(ROLLOUT_PREFIX)
+                for item in page.get("Items", [])
+                if item["pk"]["S"].startswith(ROLLOUT_PREFIX)
+            )
+            start = page.get("LastEvaluatedKey")
+            if start is None:
+                shard += 1
+        more = shard < len(partitions)
+        return DuePage(ids, (shard, start) if more else None)
+
+    def _backfill(self) -> int:
         kwargs: dict[str, Any] = {
             "TableName": self.table_name,
             "FilterExpression": (
-                f"begins_with(pk, :prefix) AND #state IN ({', '.join(marks)}) AND {TTL_ATTRIBUTE} > :now"
+                "begins_with(pk, :prefix) AND #state = :finished"
+                " AND attribute_exists(next_attempt_at) AND attribute_not_exists(#at)"
             ),
-            "ExpressionAttributeNames": {"#state": "state"},
-            "ExpressionAttributeValues": values,
-            "ConsistentRead": True,
+            "ExpressionAttributeNames": {"#state": "state", "#at": DUE_SORT},
+            "ExpressionAttributeValues": {
+                ":prefix": {"S": ROLLOUT_PREFIX},
+                ":finished": _attr(RecordState.FINISHED),
+            },
+            "ProjectionExpression": "pk, next_attempt_at",
         }
-        items: list[dict[str, Any]] = []
+        moved = 0
         try:
             while True:
                 page = self._ddb.scan(**kwargs)
-                items.extend(page.get("Items", []))
+                for item in page.get("Items", []):
+                    rollout_id = item["pk"]["S"].removeprefix(ROLLOUT_PREFIX)
+                    try:
+                        self._ddb.update_item(
+                            TableName=self.table_name,
+                            Key={"pk": item["pk"]},
+                            UpdateExpression="SET #at = :due, #by = if_not_exists(#by, :by)",
+                            ConditionExpression="attribute_not_exists(#at) AND #state = :finished",
+                            ExpressionAttributeNames={
+                                "#at": DUE_SORT,
+                                "#by": DUE_PARTITION,
+                                "#state": "state",
+                            },
+                            ExpressionAttributeValues={
+                                ":due": item["next_attempt_at"],
+                                ":by": {"S": self._due_by(rollout_id)},
+                                ":finished": _attr(RecordState.FINISHED),
+                            },
+                        )
+                        moved += 1
+                    except ClientError as exc:
+                        code = exc.response.get("Error", {}).get("Code")
+                        if code != "ConditionalCheckFailedException":
+                            raise
                 last = page.get("LastEvaluatedKey")
                 if not last:
-                    break
+                    return moved
                 kwargs["ExclusiveStartKey"] = last
         except (ClientError, BotoCoreError) as exc:
-            raise self._fail("scan", exc) from exc
-        records = [self._from_item(item) for item in items]
-        records.sort(key=lambda r: r.updated_at)
-        return records[:limit]
+            raise self._fail("backfill of the due index", exc) from exc
+
+    def _acquire_pass(self, name: str, holder: str, until: float, now: float) -> bool:
+        try:
+            self._ddb.put_item(
+                TableName=self.table_name,
+                Item={
+                    "pk": {"S": PASS_PREFIX + name},
+                    "holder": {"S": holder},
+                    "until": _attr(until),
+                    # The table's TTL clears a lease item its holder never released.
+                    TTL_ATTRIBUTE: _attr(math.ceil(until) + 3600),
+                },
+                ConditionExpression="attribute_not_exists(pk) OR #until < :now OR holder = :me",
+                ExpressionAttributeNames={"#until": "until"},
+                ExpressionAttributeValues={":now": _attr(now), ":me": {"S": holder}},
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                return False
+            raise self._fail("lease of the re-drive pass", exc) from exc
+        except BotoCoreError as exc:
+            raise self._fail("lease of the re-drive pass", exc) from exc
+        return True
+
+    def _release_pass(self, name: str, holder: str) -> None:
+        try:
+            self._ddb.delete_item(
+                TableName=self.table_name,
+                Key={"pk": {"S": PASS_PREFIX + name}},
+                ConditionExpression="holder = :me",
+                ExpressionAttributeValues={":me": {"S": holder}},
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise self._fail("release of the re-drive pass", exc) from exc
+        except BotoCoreError as exc:
+            raise self._fail("release of the re-drive pass", exc) from exc

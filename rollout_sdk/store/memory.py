@@ -3,58 +3,87 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
-from rollout_sdk.engine.record import RecordState, RolloutRecord
-from rollout_sdk.store.base import TransactionalStore
+from rollout_sdk.engine.record import RolloutRecord
+from rollout_sdk.store.base import DueCursor, DuePage, TransactionalStore
+
+
+@dataclass
+class _Tables:
+    """What a memory store holds: records by id, the slot of each, the due index, the pass
+    leases."""
+
+    by_id: dict[str, RolloutRecord] = field(default_factory=dict)
+    by_slot: dict[str, str] = field(default_factory=dict)
+    due: dict[str, float] = field(default_factory=dict)
+    passes: dict[str, tuple[str, float]] = field(default_factory=dict)
 
 
 class _MemoryTransaction:
-    def __init__(self, by_id: dict[str, RolloutRecord], by_slot: dict[str, str]) -> None:
-        self._by_id = by_id
-        self._by_slot = by_slot
+    def __init__(self, tables: _Tables) -> None:
+        self._store = tables
 
     def by_id(self, rollout_id: str) -> RolloutRecord | None:
-        return self._by_id.get(rollout_id)
+        return self._store.by_id.get(rollout_id)
 
     def by_slot(self, slot: str) -> RolloutRecord | None:
-        rollout_id = self._by_slot.get(slot)
-        return None if rollout_id is None else self._by_id.get(rollout_id)
+        rollout_id = self._store.by_slot.get(slot)
+        return None if rollout_id is None else self._store.by_id.get(rollout_id)
 
     def put(self, record: RolloutRecord) -> None:
-        old = self._by_id.get(record.rollout_id)
+        store = self._store
+        old = store.by_id.get(record.rollout_id)
         if old is not None and old.slot != record.slot:
-            self._by_slot.pop(old.slot, None)
-        self._by_id[record.rollout_id] = record
-        self._by_slot[record.slot] = record.rollout_id
+            store.by_slot.pop(old.slot, None)
+        store.by_id[record.rollout_id] = record
+        store.by_slot[record.slot] = record.rollout_id
+        if record.due_at is None:
+            store.due.pop(record.rollout_id, None)
+        else:
+            store.due[record.rollout_id] = record.due_at
 
     def delete(self, rollout_id: str) -> None:
-        old = self._by_id.pop(rollout_id, None)
-        if old is not None and self._by_slot.get(old.slot) == rollout_id:
-            del self._by_slot[old.slot]
+        store = self._store
+        old = store.by_id.pop(rollout_id, None)
+        store.due.pop(rollout_id, None)
+        if old is not None and store.by_slot.get(old.slot) == rollout_id:
+            del store.by_slot[old.slot]
+
+    def pass_lease(self, name: str) -> tuple[str, float] | None:
+        return self._store.passes.get(name)
+
+    def set_pass_lease(self, name: str, holder: str, until: float) -> None:
+        self._store.passes[name] = (holder, until)
+
+    def drop_pass_lease(self, name: str) -> None:
+        self._store.passes.pop(name, None)
 
 
 class MemoryStore(TransactionalStore):
-    """Records in two dicts under one lock. Records are immutable, so readers share them safely.
+    """Records in dicts under one lock. Records are immutable, so readers share them safely.
 
     Because records are only swapped whole, a transaction that raises half-way can at most have
-    applied a complete put or delete; the moves in the base class raise before writing.
+    applied a complete put or delete; the moves in the base class raise before writing. The due
+    index is a dict of the records that have a ``due_at``, so a listing reads only those.
 
     Transactions run inline on the caller's thread (the base's ``_run``): a move is a few dict
     operations, microseconds, and nothing in it can block, so a hop to a thread would cost more
     than the work it moved.
     """
 
-    def __init__(self) -> None:
-        self._by_id: dict[str, RolloutRecord] = {}
-        self._by_slot: dict[str, str] = {}
+    def __init__(self, *, owner: str | None = None) -> None:
+        self.owner = owner
+        self._tables = _Tables()
+        self._by_id = self._tables.by_id
         self._lock = threading.Lock()
 
     @contextmanager
     def _transaction(self) -> Iterator[_MemoryTransaction]:
         with self._lock:
-            yield _MemoryTransaction(self._by_id, self._by_slot)
+            yield _MemoryTransaction(self._tables)
 
     def purge_expired(self, now: float) -> int:
         """Forget records whose TTL has passed; returns how many."""
@@ -64,10 +93,16 @@ class MemoryStore(TransactionalStore):
                 txn.delete(rollout_id)
         return len(expired)
 
-    def _scan(self, states: Collection[RecordState]) -> Iterator[RolloutRecord]:
+    def _due(self, until: float, limit: int, after: DueCursor | None) -> DuePage:
         with self._lock:
-            records = list(self._by_id.values())
-        return (r for r in records if r.state in states)
+            entries = sorted(
+                (at, rid)
+                for rid, at in self._tables.due.items()
+                if at <= until and (after is None or (at, rid) > after)
+            )
+        page = entries[:limit]
+        cursor = page[-1] if len(entries) > limit else None
+        return DuePage([rid for _, rid in page], cursor)
 
     def __len__(self) -> int:
         return len(self._by_id)

@@ -23,7 +23,7 @@ import contextlib
 import json
 import sqlite3
 import threading
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,9 +31,12 @@ from typing import TypeVar
 
 from rollout_sdk.engine.record import RecordState, RolloutRecord
 from rollout_sdk.errors import StoreError
-from rollout_sdk.store.base import TransactionalStore
+from rollout_sdk.store.base import DueCursor, DuePage, TransactionalStore
 
 T = TypeVar("T")
+
+#: The owner of a store file no caller named: the one server its folder lock admits.
+LOCAL_OWNER = "local"
 
 #: How long a transaction waits for another connection's write lock before it fails.
 BUSY_TIMEOUT_SECONDS = 30.0
@@ -52,11 +55,49 @@ CREATE TABLE IF NOT EXISTS rollouts (
     slot       TEXT NOT NULL,
     state      TEXT NOT NULL,
     expires_at REAL NOT NULL,
-    body       TEXT NOT NULL
+    body       TEXT NOT NULL,
+    due_at     REAL
 );
 CREATE INDEX IF NOT EXISTS rollouts_slot ON rollouts (slot);
-CREATE INDEX IF NOT EXISTS rollouts_state ON rollouts (state);
+CREATE TABLE IF NOT EXISTS pass_leases (
+    name   TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    until  REAL NOT NULL
+);
 """
+#: The due index holds only the records that have a due time (a partial index).
+_DUE_INDEX = """
+DROP INDEX IF EXISTS rollouts_state;
+CREATE INDEX IF NOT EXISTS rollouts_due ON rollouts (due_at, rollout_id) WHERE due_at IS NOT NULL;
+"""
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Bring a state folder written before the due index up to date: add the column, and give
+    every record still in flight its due time (as a store with an owner has it: see
+    :mod:`rollout_sdk.store.base`), so the restart sweep and the re-drive find it."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(rollouts)")}
+    if "due_at" in columns:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("ALTER TABLE rollouts ADD COLUMN due_at REAL")
+        rows = conn.execute(
+            "SELECT rollout_id, body FROM rollouts WHERE state NOT IN (?, ?)",
+            (RecordState.DELIVERED.value, RecordState.UNDELIVERABLE.value),
+        ).fetchall()
+        for rollout_id, body in rows:
+            record = RolloutRecord.from_dict(json.loads(body))
+            due = record.next_attempt_at or record.lease_until or float(record.expires_at)
+            updated = json.dumps({**record.to_dict(), "due_at": due}, separators=(",", ":"))
+            conn.execute(
+                "UPDATE rollouts SET due_at = ?, body = ? WHERE rollout_id = ?",
+                (due, updated, rollout_id),
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def _decode(row: tuple[str] | None) -> RolloutRecord | None:
@@ -79,19 +120,35 @@ class _SQLiteTransaction:
 
     def put(self, record: RolloutRecord) -> None:
         self.conn.execute(
-            "INSERT OR REPLACE INTO rollouts (rollout_id, slot, state, expires_at, body) "
-            "VALUES (?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO rollouts (rollout_id, slot, state, expires_at, body, due_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
             (
                 record.rollout_id,
                 record.slot,
                 record.state.value,
                 record.expires_at,
                 json.dumps(record.to_dict(), separators=(",", ":")),
+                record.due_at,
             ),
         )
 
     def delete(self, rollout_id: str) -> None:
         self.conn.execute("DELETE FROM rollouts WHERE rollout_id = ?", (rollout_id,))
+
+    def pass_lease(self, name: str) -> tuple[str, float] | None:
+        row = self.conn.execute(
+            "SELECT holder, until FROM pass_leases WHERE name = ?", (name,)
+        ).fetchone()
+        return None if row is None else (str(row[0]), float(row[1]))
+
+    def set_pass_lease(self, name: str, holder: str, until: float) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO pass_leases (name, holder, until) VALUES (?, ?, ?)",
+            (name, holder, until),
+        )
+
+    def drop_pass_lease(self, name: str) -> None:
+        self.conn.execute("DELETE FROM pass_leases WHERE name = ?", (name,))
 
 
 class SQLiteStore(TransactionalStore):
@@ -100,9 +157,16 @@ class SQLiteStore(TransactionalStore):
     bounds the wait for another connection's lock there (StoreError after it)."""
 
     def __init__(
-        self, path: str | Path, *, busy_timeout_seconds: float = BUSY_TIMEOUT_SECONDS
+        self,
+        path: str | Path,
+        *,
+        busy_timeout_seconds: float = BUSY_TIMEOUT_SECONDS,
+        owner: str | None = LOCAL_OWNER,
     ) -> None:
         self.path = Path(path)
+        #: The file is one local server's (its folder lock says so): every record in flight
+        #: is in the due index, for that server's restart sweep.
+        self.owner = owner
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # The thread's connection waits for locks; the loop's never does (timeout 0) and
@@ -112,6 +176,8 @@ class SQLiteStore(TransactionalStore):
             raise StoreError(f"cannot open the SQLite store at {self.path}: {exc}") from exc
         try:
             self._patient.executescript(_SCHEMA)
+            _migrate(self._patient)
+            self._patient.executescript(_DUE_INDEX)
             self._prompt = self._connect(0)
             self._prompt.execute("PRAGMA wal_autocheckpoint=0")
         except (OSError, sqlite3.Error) as exc:
@@ -199,14 +265,18 @@ class SQLiteStore(TransactionalStore):
             conn.execute("ROLLBACK")
             raise StoreError(f"SQLite store {self.path}: commit failed: {exc}") from exc
 
-    def _scan(self, states: Collection[RecordState]) -> Iterator[RolloutRecord]:
-        marks = ",".join("?" for _ in states)
+    def _due(self, until: float, limit: int, after: DueCursor | None) -> DuePage:
+        start_at, start_id = after if after is not None else (float("-inf"), "")
         with self._transaction() as txn:
             rows = txn.conn.execute(
-                f"SELECT body FROM rollouts WHERE state IN ({marks})",  # noqa: S608 - placeholders only
-                [s.value for s in states],
+                "SELECT due_at, rollout_id FROM rollouts INDEXED BY rollouts_due "
+                "WHERE due_at IS NOT NULL AND due_at <= ? AND (due_at, rollout_id) > (?, ?) "
+                "ORDER BY due_at, rollout_id LIMIT ?",
+                (until, start_at, start_id, limit + 1),
             ).fetchall()
-        return (r for r in (_decode(row) for row in rows) if r is not None)
+        page = rows[:limit]
+        cursor = (page[-1][0], page[-1][1]) if len(rows) > limit else None
+        return DuePage([str(rid) for _, rid in page], cursor)
 
     def purge_expired(self, now: float) -> int:
         """Delete records whose TTL has passed; returns how many."""

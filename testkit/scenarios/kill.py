@@ -224,10 +224,15 @@ async def _all_parked(client: httpx.AsyncClient, rollout_ids: Sequence[str]) -> 
     )
 
 
-def run_kill_restart(scale: Scale, say: Say = quiet) -> list[Row]:
-    """SIGKILL ``rollout-sdk serve`` with rollouts in every state, start it again the same way."""
-    with LocalRig(env=kill_env(scale), name="kill") as rig:
+def run_kill_restart(scale: Scale, say: Say = quiet, *, store: str = "sqlite") -> list[Row]:
+    """SIGKILL ``rollout-sdk serve`` with rollouts in every state, start it again the same way
+    (on SQLite, or on DynamoDB through ``--dynamodb-endpoint``: ``store``)."""
+    with LocalRig(env=kill_env(scale), name="kill", store=store) as rig:
         try:
-            return asyncio.run(_kill_restart(rig, scale, say))
+            rows = asyncio.run(_kill_restart(rig, scale, say))
+            if store != "sqlite":
+                for row in rows:
+                    row.fault = row.fault.replace("local,", f"local ({store} endpoint),", 1)
+            return rows
         except ScenarioError as exc:
             raise ScenarioError(f"{exc}\nserver log:\n{rig.log_tail()}") from exc

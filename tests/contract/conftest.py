@@ -1,6 +1,7 @@
 """The ``store`` fixture: every contract test runs once per ``Store`` implementation.
 
-To add an implementation, write one async factory ``(request, tmp_path) -> Store`` and add it to
+To add an implementation, write one async factory ``(request, tmp_path, owner=None) -> Store``
+and add it to
 ``STORE_FACTORIES``. A factory that needs a server (for example DynamoDB on moto's server at
 127.0.0.1) takes it from a fixture with ``request.getfixturevalue("moto_server")`` and creates a
 fresh table per call, so tests never share records. The fixture closes every store it opened.
@@ -18,21 +19,27 @@ from rollout_sdk.store.base import Store
 from rollout_sdk.store.memory import MemoryStore
 from rollout_sdk.store.sqlite import SQLiteStore
 
-StoreFactory = Callable[[pytest.FixtureRequest, Path], Awaitable[Store]]
+StoreFactory = Callable[..., Awaitable[Store]]
 
 
-async def memory_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    return MemoryStore()
+async def memory_store(
+    request: pytest.FixtureRequest, tmp_path: Path, owner: str | None = None
+) -> Store:
+    return MemoryStore(owner=owner)
 
 
-async def sqlite_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    return SQLiteStore(tmp_path / "state" / "rollouts.sqlite3")
+async def sqlite_store(
+    request: pytest.FixtureRequest, tmp_path: Path, owner: str | None = None
+) -> Store:
+    return SQLiteStore(tmp_path / "state" / "rollouts.sqlite3", owner=owner)
 
 
 _TABLES = itertools.count()
 
 
-async def dynamodb_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+async def dynamodb_store(
+    request: pytest.FixtureRequest, tmp_path: Path, owner: str | None = None
+) -> Store:
     """DynamoDBStore over HTTP to moto's server, on a fresh table made from template.yaml."""
     from rollout_sdk.aws.clients import AwsClients
     from rollout_sdk.local.emulator import load_template, table_definition
@@ -45,7 +52,7 @@ async def dynamodb_store(request: pytest.FixtureRequest, tmp_path: Path) -> Stor
     clients.dynamodb.create_table(**table_definition(template, table))
     bucket = f"contract-payloads-{table}"
     clients.s3.create_bucket(Bucket=bucket)
-    return DynamoDBStore(table, client=clients.dynamodb, s3=clients.s3, bucket=bucket)
+    return DynamoDBStore(table, client=clients.dynamodb, s3=clients.s3, bucket=bucket, owner=owner)
 
 
 STORE_FACTORIES: dict[str, StoreFactory] = {
@@ -59,6 +66,16 @@ STORE_FACTORIES: dict[str, StoreFactory] = {
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
     """A fresh, empty store of each implementation."""
     opened = await STORE_FACTORIES[request.param](request, tmp_path)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+@pytest.fixture(params=list(STORE_FACTORIES))
+async def owned_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """A fresh store of each implementation with an owner (a local server's, "server-1")."""
+    opened = await STORE_FACTORIES[request.param](request, tmp_path, owner="server-1")
     try:
         yield opened
     finally:

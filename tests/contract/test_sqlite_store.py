@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from contextlib import closing
 from pathlib import Path
 
 import pytest
 
-from rollout_sdk.engine.record import RecordState
 from rollout_sdk.errors import StoreError
 from rollout_sdk.store.sqlite import SQLiteStore
 
@@ -25,13 +25,19 @@ async def test_records_survive_closing_and_reopening(tmp_path: Path) -> None:
 
     reopened = SQLiteStore(path)
     try:
-        assert await reopened.get("r-1", now=NOW + 2) == make_record("r-1", key="k")
+        # The file is its server's (the folder lock): a record is due at its expiry, for that
+        # server's restart sweep.
+        accepted = make_record("r-1", key="k")
+        assert await reopened.get("r-1", now=NOW + 2) == accepted.evolve(
+            due_at=float(accepted.expires_at)
+        )
         assert await reopened.get("r-2", now=NOW + 2) == running
         # The idempotency slots survive too: a duplicate after the restart is still a duplicate.
         again = await reopened.create(make_record("r-3", key="k"), now=NOW + 2)
         assert (again.created, again.conflict_on) == (False, "slot")
-        scanned = await reopened.scan((RecordState.RUNNING,), now=NOW + 2)
-        assert scanned == [running]
+        # So does the due index: the owner's sweep still finds what was in flight.
+        page = await reopened.due(now=NOW + 2, until=math.inf)
+        assert sorted(page.rollout_ids) == ["r-1", "r-2"]
     finally:
         await reopened.close()
 
@@ -42,7 +48,7 @@ async def test_a_second_store_on_the_same_file_sees_committed_records(tmp_path: 
     try:
         record = make_record()
         await writer.create(record, now=NOW)
-        assert await reader.get("r-1", now=NOW) == record
+        assert await reader.get("r-1", now=NOW) == writer.admitted(record)
         assert not (await reader.create(record, now=NOW)).created
     finally:
         await writer.close()
@@ -66,12 +72,11 @@ async def test_purge_expired(tmp_path: Path) -> None:
         assert store.purge_expired(NOW + 30) == 0
         assert store.purge_expired(NOW + 120) == 2  # expires_at <= now is expired
         assert store.purge_expired(NOW + 120) == 0
-        assert await store.get("long", now=NOW + 120) == make_record("long", ttl=TTL)
+        long = make_record("long", ttl=TTL)
+        assert await store.get("long", now=NOW + 120) == long.evolve(due_at=float(long.expires_at))
         # Purged rows are gone even for a reader that would not filter by time.
         assert await store.get("short-1", now=NOW) is None
-        assert [r.rollout_id for r in await store.scan((RecordState.ACCEPTED,), now=NOW)] == [
-            "long"
-        ]
+        assert (await store.due(now=NOW, until=math.inf)).rollout_ids == ["long"]
     finally:
         await store.close()
 

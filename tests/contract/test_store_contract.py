@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import math
 
 from rollout_sdk.engine.record import RecordState, expiry
 from rollout_sdk.store.base import Store
 
-from .records import NOW, TOOL, TTL, claim, make_record
+from .records import NOW, SEALED, TOOL, TTL, claim, make_record, reach
 
 # --------------------------------------------------------------------------- create / get
 
@@ -201,51 +202,179 @@ async def test_release_of_an_absent_or_expired_record(store: Store) -> None:
     assert await store.release("r-1", slot=record.slot, now=NOW + TTL + 1) is False
 
 
-# --------------------------------------------------------------------------- scan
+# --------------------------------------------------------------------------- the due index
 
 
-async def test_scan_by_state_oldest_update_first_with_limit(store: Store) -> None:
-    # Created out of order; updated_at decides the order.
-    for offset in (3, 0, 4, 1, 2):
-        await store.create(make_record(f"r-{offset}", now=NOW + offset), now=NOW + offset)
-    now = NOW + 10
-    accepted = await store.scan((RecordState.ACCEPTED,), now=now)
-    assert [r.rollout_id for r in accepted] == ["r-0", "r-1", "r-2", "r-3", "r-4"]
-    limited = await store.scan((RecordState.ACCEPTED,), now=now, limit=2)
-    assert [r.rollout_id for r in limited] == ["r-0", "r-1"]
-
-    await claim(store, "r-3", now=NOW + 5)
-    await claim(store, "r-0", now=NOW + 6)
-    running = await store.scan((RecordState.RUNNING,), now=now)
-    assert [r.rollout_id for r in running] == ["r-3", "r-0"]
-    assert all(r.state == RecordState.RUNNING for r in running)
-    still_accepted = await store.scan((RecordState.ACCEPTED,), now=now)
-    assert [r.rollout_id for r in still_accepted] == ["r-1", "r-2", "r-4"]
-    both = await store.scan((RecordState.RUNNING, RecordState.ACCEPTED), now=now, limit=4)
-    assert [r.rollout_id for r in both] == ["r-1", "r-2", "r-4", "r-3"]
-    assert await store.scan((RecordState.FINISHED, RecordState.DELIVERED), now=now) == []
+async def _park(store: Store, rollout_id: str, *, due: float) -> None:
+    await reach(store, RecordState.FINISHED, rollout_id)
+    parked = await store.park(
+        rollout_id,
+        attempt=1,
+        error="503",
+        next_attempt_at=due,
+        delivery_attempts=1,
+        expires_at=expiry(NOW + 3, 10 * TTL),
+        now=NOW + 3,
+    )
+    assert parked.applied
 
 
-async def test_scan_returns_full_records(store: Store) -> None:
-    record = make_record()
-    await store.create(record, now=NOW)
-    assert await store.scan((RecordState.ACCEPTED,), now=NOW) == [record]
+async def _listed(
+    store: Store, *, now: float, until: float | None = None, limit: int = 7
+) -> list[str]:
+    """Every id :meth:`Store.due` lists, page by page."""
+    ids: list[str] = []
+    cursor = None
+    while True:
+        page = await store.due(now=now, until=until, limit=limit, after=cursor)
+        assert len(page.rollout_ids) <= limit
+        ids.extend(page.rollout_ids)
+        if page.cursor is None:
+            return ids
+        cursor = page.cursor
 
 
-async def test_scan_skips_expired_records(store: Store) -> None:
-    await store.create(make_record("old", now=NOW, ttl=60), now=NOW)
-    await store.create(make_record("new", now=NOW + 30, ttl=600), now=NOW + 30)
-    found = await store.scan((RecordState.ACCEPTED,), now=NOW + 60)
-    assert [r.rollout_id for r in found] == ["new"]
+async def test_the_due_index_lists_only_what_waits_and_only_once_due(store: Store) -> None:
+    # Records that wait for nothing (in flight on their own, or final) are not in it.
+    await reach(store, RecordState.ACCEPTED, "accepted")
+    await reach(store, RecordState.RUNNING, "running")
+    await reach(store, RecordState.FINISHED, "finished")
+    await reach(store, RecordState.DELIVERED, "delivered")
+    await reach(store, RecordState.UNDELIVERABLE, "undeliverable")
+    for offset, rid in enumerate(("p-early", "p-mid", "p-late")):
+        await _park(store, rid, due=NOW + 10 + offset * 10)
+    assert await _listed(store, now=NOW + 5) == []
+    # Earliest first within a partition; DynamoDB spreads records over several.
+    assert sorted(await _listed(store, now=NOW + 20)) == ["p-early", "p-mid"]
+    assert sorted(await _listed(store, now=NOW + 100)) == ["p-early", "p-late", "p-mid"]
+    # Delivered, it leaves the index.
+    delivered = await store.deliver(
+        "p-mid", attempt=1, delivery_attempts=2, expires_at=expiry(NOW + 30, TTL), now=NOW + 30
+    )
+    assert delivered.record is not None and delivered.record.due_at is None
+    assert sorted(await _listed(store, now=NOW + 100)) == ["p-early", "p-late"]
 
 
-async def test_scan_of_many_records_pages_by_limit(store: Store) -> None:
-    for i in range(30):
-        await store.create(make_record(f"r-{i:02d}", now=NOW + i), now=NOW + i)
-    first = await store.scan((RecordState.ACCEPTED,), now=NOW + 100, limit=25)
-    assert [r.rollout_id for r in first] == [f"r-{i:02d}" for i in range(25)]
-    everything = await store.scan((RecordState.ACCEPTED,), now=NOW + 100)
-    assert len(everything) == 30
+async def test_the_due_index_pages_through_every_entry_once(store: Store) -> None:
+    for i in range(23):
+        await _park(store, f"p-{i:02d}", due=NOW + 10 + (i % 5))
+    listed = await _listed(store, now=NOW + 50, limit=4)
+    assert sorted(listed) == [f"p-{i:02d}" for i in range(23)]
+
+
+async def test_a_watched_lease_is_due_when_it_runs_out(store: Store) -> None:
+    await store.create(make_record().evolve(sealed_key=SEALED), now=NOW)
+    claimed = await store.claim(
+        "r-1", attempt=1, lease_until=NOW + 60, expires_at=expiry(NOW, TTL), now=NOW, watch=True
+    )
+    assert claimed.record is not None and claimed.record.due_at == NOW + 60
+    assert await _listed(store, now=NOW + 59) == []
+    assert await _listed(store, now=NOW + 60) == ["r-1"]
+    # A renewal moves the due time with the lease; an unwatched one leaves it.
+    renewed = await store.renew(
+        "r-1", state=RecordState.RUNNING, attempt=1, lease_until=NOW + 90, now=NOW + 30, watch=True
+    )
+    assert renewed.record is not None and renewed.record.due_at == NOW + 90
+    assert await _listed(store, now=NOW + 60) == []
+    # Unwatched, nothing is due: the claim takes it out of the index.
+    await store.create(make_record("plain"), now=NOW)
+    plain = await store.claim(
+        "plain", attempt=1, lease_until=NOW + 60, expires_at=expiry(NOW, TTL), now=NOW
+    )
+    assert plain.record is not None and plain.record.due_at is None
+    assert await _listed(store, now=NOW + 500) == ["r-1"]
+
+
+async def test_a_duplicates_hand_off_lease_bounds_hand_offs_and_is_due_when_it_ends(
+    store: Store,
+) -> None:
+    await store.create(make_record(), now=NOW)
+    first = await store.mark_handoff(
+        "r-1", count=1, lease_until=NOW + 60, sealed_key=SEALED, now=NOW
+    )
+    assert first.applied and first.record is not None
+    assert (first.record.due_at, first.record.sealed_key) == (NOW + 60, SEALED)
+    # A second hand-off within the lease is refused: at most one extra per lease.
+    again = await store.mark_handoff("r-1", count=2, lease_until=NOW + 90, now=NOW + 30)
+    assert (again.applied, again.record) == (False, first.record)
+    assert await _listed(store, now=NOW + 60) == ["r-1"]
+    # It succeeded: out of the index, the lease kept (no hand-off before it ends).
+    done = await store.handed_off("r-1", expires_at=first.record.expires_at, now=NOW + 1)
+    assert done.record is not None and done.record.due_at is None
+    assert done.record.lease_until == NOW + 60
+    assert await _listed(store, now=NOW + 500) == []
+    later = await store.mark_handoff("r-1", count=2, lease_until=NOW + 200, now=NOW + 61)
+    assert later.applied and later.record is not None and later.record.handoffs == 2
+    # The claim takes it out of the index and the hand-off lease over.
+    claimed = await store.claim(
+        "r-1", attempt=1, lease_until=NOW + 120, expires_at=expiry(NOW, TTL), now=NOW + 62
+    )
+    assert claimed.record is not None and claimed.record.due_at is None
+    assert await _listed(store, now=NOW + 500) == []
+
+
+async def test_a_reclaim_due_by_a_time_takes_only_a_due_response(store: Store) -> None:
+    await _park(store, "parked", due=NOW + 50)
+    early = await store.reclaim_delivery(
+        "parked", attempt=1, lease_until=NOW + 100, now=NOW + 40, due_by=NOW + 40
+    )
+    assert early.applied is False
+    due = await store.reclaim_delivery(
+        "parked", attempt=1, lease_until=NOW + 110, now=NOW + 50, due_by=NOW + 50, watch=True
+    )
+    assert due.applied and due.record is not None
+    assert (due.record.attempt, due.record.due_at) == (2, NOW + 110)
+
+
+async def test_an_owners_store_lists_every_record_in_flight(owned_store: Store) -> None:
+    store = owned_store
+    for state in RecordState:
+        await reach(store, state, f"r-{state.value.lower()}")
+    # Everything in flight is listed for the owner's restart sweep; nothing final.
+    assert sorted(await _listed(store, now=NOW + 200, until=math.inf)) == [
+        "r-accepted",
+        "r-finished",
+        "r-running",
+    ]
+    # An idle ACCEPTED record is due only at its expiry; the leases that ran out are due now.
+    assert sorted(await _listed(store, now=NOW + 200)) == ["r-finished", "r-running"]
+
+
+async def test_the_pass_lease_admits_one_holder_at_a_time(store: Store) -> None:
+    assert await store.acquire_pass("redrive", holder="a", until=NOW + 60, now=NOW)
+    assert not await store.acquire_pass("redrive", holder="b", until=NOW + 70, now=NOW + 10)
+    await store.release_pass("redrive", holder="b")  # not b's: nothing happens
+    assert not await store.acquire_pass("redrive", holder="b", until=NOW + 70, now=NOW + 10)
+    await store.release_pass("redrive", holder="a")
+    assert await store.acquire_pass("redrive", holder="b", until=NOW + 70, now=NOW + 11)
+    # A holder that died: its lease runs out and the next pass takes it.
+    assert await store.acquire_pass("redrive", holder="c", until=NOW + 200, now=NOW + 71)
+
+
+async def test_an_idempotency_slot_lives_as_long_as_its_record(store: Store) -> None:
+    """The record's moves extend its life past its first TTL; its slot must hold as long."""
+    await store.create(
+        make_record("r-1", key="k", ttl=60), now=NOW, slot_expires_at=expiry(NOW, 10 * TTL)
+    )
+    claimed = await store.claim(
+        "r-1", attempt=1, lease_until=NOW + 60, expires_at=expiry(NOW, TTL), now=NOW + 1
+    )
+    assert claimed.applied
+    # Past the record's first expiry, within its new one: the key still names r-1.
+    again = await store.create(make_record("r-2", key="k", now=NOW + 100), now=NOW + 100)
+    assert (again.created, again.conflict_on) == (False, "slot")
+    assert again.record.rollout_id == "r-1"
+
+
+async def test_a_slot_whose_record_is_gone_is_free(store: Store) -> None:
+    await store.create(
+        make_record("r-1", key="k", ttl=60), now=NOW, slot_expires_at=expiry(NOW, 10 * TTL)
+    )
+    # r-1 expired at NOW + 60; its slot is kept longer, but names a record that is gone.
+    fresh = await store.create(make_record("r-2", key="k", now=NOW + 100), now=NOW + 100)
+    assert fresh.created
+    duplicate = await store.create(make_record("r-3", key="k", now=NOW + 101), now=NOW + 101)
+    assert (duplicate.created, duplicate.record.rollout_id) == (False, "r-2")
 
 
 # --------------------------------------------------------------------------- races

@@ -56,6 +56,7 @@ def _delivery_over(before: RolloutRecord, now: float, **more: Any) -> RolloutRec
     return before.evolve(
         sealed_key=None,
         next_attempt_at=None,
+        due_at=None,
         delivery_attempts=4,
         lease_until=None,
         updated_at=now,
@@ -141,6 +142,7 @@ MOVES = [
         ),
         lambda before, now: before.evolve(
             next_attempt_at=now + 30.125,
+            due_at=now + 30.125,
             last_error=ERROR,
             delivery_attempts=4,
             lease_until=None,
@@ -184,8 +186,19 @@ MOVES = [
     Move(
         "mark_handoff",
         (RecordState.ACCEPTED,),
-        lambda s, r, a, now: s.mark_handoff(r.rollout_id, count=r.handoffs + 1, now=now),
-        lambda before, now: before.evolve(handoffs=before.handoffs + 1),
+        lambda s, r, a, now: s.mark_handoff(
+            r.rollout_id, count=r.handoffs + 1, lease_until=now + 60, now=now
+        ),
+        lambda before, now: before.evolve(
+            handoffs=before.handoffs + 1, lease_until=now + 60, due_at=now + 60, updated_at=now
+        ),
+        checks_attempt=False,
+    ),
+    Move(
+        "handed_off",
+        (RecordState.ACCEPTED,),
+        lambda s, r, a, now: s.handed_off(r.rollout_id, expires_at=KEEP, now=now),
+        lambda before, now: before.evolve(due_at=None),
         checks_attempt=False,
     ),
 ]

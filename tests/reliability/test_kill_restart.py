@@ -1,5 +1,7 @@
 """SIGKILL ``rollout-sdk serve`` with rollouts in every state; start it again with the same
-command in the same folder: every rollout in flight reported once, none run again."""
+command in the same folder: every rollout in flight reported once, none run again. On each store
+that outlives the process: SQLite, and DynamoDB through ``--dynamodb-endpoint`` (its records
+name the server that owns them; the owner id lives in the state folder)."""
 
 from __future__ import annotations
 
@@ -13,9 +15,9 @@ pytestmark = pytest.mark.integration
 GROUPS = ["delivered", "parked", "running", "finished", "queued"]
 
 
-@pytest.fixture(scope="module")
-def rows() -> dict[str, Row]:
-    return dict(zip(GROUPS, run_kill_restart(FAST), strict=True))
+@pytest.fixture(scope="module", params=["sqlite", "dynamodb"])
+def rows(request: pytest.FixtureRequest) -> dict[str, Row]:
+    return dict(zip(GROUPS, run_kill_restart(FAST, store=request.param), strict=True))
 
 
 STATE_AT_KILL = {

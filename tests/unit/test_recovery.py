@@ -26,9 +26,13 @@ KEY = "cb-key"
 
 
 async def rig(
-    *, gate: FakeTrainGate | None = None, sealed: bool = True, ids: tuple[str, ...] = ("r1",)
+    *,
+    gate: FakeTrainGate | None = None,
+    sealed: bool = True,
+    ids: tuple[str, ...] = ("r1",),
+    owner: str | None = None,
 ) -> tuple[Engine, MemoryStore, FakeTrainGate, LocalVault]:
-    store = MemoryStore()
+    store = MemoryStore(owner=owner)
     gate = gate or FakeTrainGate()
     vault = LocalVault()
     client = TrainGateClient(
@@ -99,7 +103,10 @@ async def _make_due(store: MemoryStore, rid: str) -> None:
 
 
 async def test_the_restart_sweep_reports_every_rollout_in_flight_once_and_runs_none() -> None:
-    engine, store, gate, _ = await rig(ids=("queued", "running", "finished", "done"))
+    # A local server's store: its records carry its owner id, so its sweep finds them.
+    engine, store, gate, _ = await rig(
+        ids=("queued", "running", "finished", "done"), owner="server-1"
+    )
     await _claim(store, "running", lease_until=time.time() + 600)
     stored = RolloutResponse(rollout_id="finished", status=RolloutStatus.COMPLETED, reward=1.0)
     await _claim(store, "finished", lease_until=time.time() + 600)
@@ -142,16 +149,34 @@ async def test_a_parked_response_is_redriven_when_due_and_only_then() -> None:
     assert gate.on(COMPLETED_PATH)[1].headers["authorization"] == f"Bearer {KEY}"
 
 
-async def test_two_redrives_at_once_count_a_rollout_once_between_them() -> None:
+async def test_two_redrive_passes_at_once_run_one_and_send_once() -> None:
     gate = FakeTrainGate(completed=[httpx.Response(503), httpx.Response(200, json={})])
     engine, store, gate, _ = await rig(gate=gate, sealed=False)
     await engine.require_worker().run(Job("r1", api_key=KEY))
     await _make_due(store, "r1")
     first, second = await asyncio.gather(engine.recovery.redrive(), engine.recovery.redrive())
-    assert (first.examined, second.examined) == (1, 1)  # both found it due
-    assert sorted(first.delivered + second.delivered) == ["r1"]  # one of them sent it
-    assert sorted(first.skipped + second.skipped) == ["r1"]  # the other did nothing to it
+    # The pass lease: one pass ran, the other found it held and did nothing.
+    assert sorted([first.busy, second.busy]) == [False, True]
+    ran = second if first.busy else first
+    assert (ran.examined, ran.delivered) == (1, ["r1"])
     assert len(gate.on(COMPLETED_PATH)) == 2  # the failed first attempt and one re-send
+    # Released at the end: the next pass runs (and finds nothing due).
+    after = await engine.recovery.redrive()
+    assert (after.busy, after.examined) == (False, 0)
+
+
+async def test_two_recoverers_at_once_count_a_rollout_once_between_them() -> None:
+    """Past the pass lease (a pass that outlived it), each settles through a conditional move:
+    one takes the record and counts it, the other counts nothing."""
+    gate = FakeTrainGate(completed=[httpx.Response(503), httpx.Response(200, json={})])
+    engine, store, gate, _ = await rig(gate=gate, sealed=False)
+    await engine.require_worker().run(Job("r1", api_key=KEY))
+    await _make_due(store, "r1")
+    results = await asyncio.gather(
+        *(engine.settlement.settle_once("r1", reason="re-drive", due_only=True) for _ in range(2))
+    )
+    assert sorted(acted for _, acted in results) == [False, True]
+    assert len(gate.on(COMPLETED_PATH)) == 2
 
 
 async def test_the_redrive_gives_up_after_its_max_age() -> None:

@@ -10,6 +10,14 @@ if TYPE_CHECKING:
 
 def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None) -> dict[str, Any]:
     """One pass of the re-drive over the store; answers what it found and did."""
+    if isinstance(event, dict) and event.get("backfill_due_index") is True:
+        # Once, by hand, after upgrading a stack deployed before the due index (docs/aws.md).
+        from rollout_sdk.store.dynamodb import DynamoDBStore
+
+        store = runtime.store
+        if not isinstance(store, DynamoDBStore):  # pragma: no cover - the Lambda store
+            return {"status": "rejected", "error": "the store has no due index to backfill"}
+        return {"status": "done", "backfilled": runtime.run(store.backfill_due_index())}
     # The scheduled event only says that it is time (Powertools' EventBridgeEvent would read
     # its "time" and "resources"); the pass reads the clock and the store, so it is not parsed.
     report = runtime.run(runtime.recovery.redrive())
@@ -19,5 +27,8 @@ def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None
         "delivered": len(report.delivered),
         "parked": len(report.parked),
         "undeliverable": len(report.undeliverable),
+        "handed_off": len(report.handed_off),
         "failed": len(report.failed),
+        "busy": report.busy,
+        "cut_short": report.cut_short,
     }
