@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,7 +29,7 @@ from rollout_sdk.dispatch.sqs import SEALED_KEY_FIELD, job_from_message, message
 from rollout_sdk.engine.record import RecordState
 from rollout_sdk.errors import ConfigurationError, StoreError
 from rollout_sdk.local.emulator import LocalResources, load_template
-from rollout_sdk.local.invoke import invoke, load_event
+from rollout_sdk.local.invoke import function_environment, import_handler, invoke, load_event
 from rollout_sdk.settings import load_settings
 from rollout_sdk.testing.standin import Fault, TrainGateStandIn
 
@@ -141,11 +142,27 @@ def _objects(handler: Any, resources: LocalResources) -> dict[str, bytes]:
     }
 
 
-def _log_lines(handler: Any, caplog: pytest.LogCaptureFixture) -> list[str]:
-    """Every captured record as CloudWatch would get it (the handler's Powertools formatter),
-    with its arguments and exception text."""
-    formatter = handler.logger.registered_formatter
-    return [formatter.format(r) for r in caplog.records] + [r.getMessage() for r in caplog.records]
+class Logs:
+    """What the functions logged: every record at the levels a deployment logs (the kit's own
+    loggers at DEBUG, the libraries' at INFO), and what reached stdout and stderr."""
+
+    def __init__(self, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]):
+        caplog.set_level(logging.INFO)
+        caplog.set_level(logging.DEBUG, logger="rollout_sdk")
+        self._caplog, self._capfd = caplog, capfd
+
+    def assert_no_key(self, handler: Any) -> None:
+        # Each record as CloudWatch would get it (the handler's Powertools formatter).
+        formatter = handler.logger.registered_formatter
+        records = self._caplog.records
+        assert_no_key("the logs", [formatter.format(r) for r in records])
+        assert_no_key("the log messages", [r.getMessage() for r in records])
+        assert_no_key("stdout and stderr", self._capfd.readouterr())
+
+
+@pytest.fixture
+def logs(caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> Logs:
+    return Logs(caplog, capfd)
 
 
 def _record(handler: Any, rollout_id: str) -> Any:
@@ -198,12 +215,9 @@ def test_queue_mode_holds_the_key_in_clear_nowhere_users_can_read(
     resources: LocalResources,
     standin: tuple[TrainGateStandIn, str],
     fast_client: None,
-    caplog: pytest.LogCaptureFixture,
-    capfd: pytest.CaptureFixture[str],
+    logs: Logs,
 ) -> None:
     traingate, url = standin
-    caplog.set_level(logging.INFO)
-    caplog.set_level(logging.DEBUG, logger="rollout_sdk")
     sqs = handler.runtime.clients.sqs
     dead_letters = _dead_letter_queue(sqs, resources.queue_url)
     answers: list[Any] = []
@@ -283,8 +297,7 @@ def test_queue_mode_holds_the_key_in_clear_nowhere_users_can_read(
     assert_no_key("the table", _table(handler, resources))
     assert_no_key("the payload bucket", objects)
     assert_no_key("the answers", answers)
-    assert_no_key("the logs", _log_lines(handler, caplog))
-    assert_no_key("stdout and stderr", capfd.readouterr())
+    logs.assert_no_key(handler)
 
 
 @queue_mode
@@ -432,3 +445,64 @@ def test_the_functions_that_seal_or_open_queued_keys_may_use_the_kms_key() -> No
     assert kms_actions("ApiFunction") == {"kms:Encrypt": "UseQueue"}
     for function in ("QueueWorkerFunction", "DeadLetterFunction"):
         assert "kms:Decrypt" in kms_actions(function)
+
+
+# ---------------------------------------------------------------------- direct mode
+
+
+def test_direct_mode_keeps_the_key_only_in_the_invocation_payload(
+    handler: Any,
+    resources: LocalResources,
+    standin: tuple[TrainGateStandIn, str],
+    logs: Logs,
+) -> None:
+    traingate, url = standin
+    answers: list[Any] = []
+    payloads: list[Any] = []
+    for rid in ("d-run", "d-failed"):
+        call = invoke(handler, "ApiFunction", _init_event(url, rid), timeout_seconds=29)
+        assert call.result["statusCode"] == 202
+        answers.append(call.result)
+        payloads.extend(call.dispatched)
+    # The payload is where the key travels (Lambda's own queue, then the failure record).
+    assert [p["api_key"] for p in payloads] == [CALLBACK_KEY, CALLBACK_KEY]
+    answers.append(invoke(handler, "WorkerFunction", payloads[0], timeout_seconds=900).result)
+    failure = load_event(EVENTS / "worker-failure.json")
+    failure["requestPayload"] = payloads[1]
+    answers.append(invoke(handler, "WorkerFailureFunction", failure, timeout_seconds=300).result)
+    assert reports(traingate) == {
+        "d-run": ["COMPLETED"],
+        "d-failed": ["ERROR"],
+    }
+    for rid in ("d-run", "d-failed"):
+        answers.append(
+            invoke(handler, "ApiFunction", _status_event(rid), timeout_seconds=29).result
+        )
+    assert_no_key("the table", _table(handler, resources))
+    assert_no_key("the payload bucket", _objects(handler, resources))
+    assert_no_key("the answers", answers)
+    logs.assert_no_key(handler)
+
+
+def test_the_functions_never_log_their_event_even_when_powertools_is_told_to(
+    resources: LocalResources,
+    template: dict[str, Any],
+    standin: tuple[TrainGateStandIn, str],
+    monkeypatch: pytest.MonkeyPatch,
+    logs: Logs,
+) -> None:
+    # POWERTOOLS_LOGGER_LOG_EVENT=true would log every init request and worker event whole.
+    _, url = standin
+    env = function_environment(template, "ApiFunction", resources)
+    env["POWERTOOLS_LOGGER_LOG_EVENT"] = "true"
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(ROOT)
+    module = import_handler(env)
+    try:
+        call = invoke(module, "ApiFunction", _init_event(url, "l-1"), timeout_seconds=29)
+        invoke(module, "WorkerFunction", call.dispatched[0], timeout_seconds=900)
+        logs.assert_no_key(module)
+    finally:
+        module.runtime.close()
+        sys.modules.pop("handler", None)
