@@ -25,16 +25,21 @@ logger = Logger(service="rollout-sdk")
 # line carries the invocation's keys (and, where one is known, the rollout_id).
 copy_config_to_registered_loggers(source_logger=logger, include={"rollout_sdk"})
 
+#: Every entry point's Powertools context. ``log_event`` is pinned off whatever
+#: POWERTOOLS_LOGGER_LOG_EVENT says: an init request, a direct worker event and a failure
+#: destination's record all carry the callback key in clear, and logs are for many readers.
+entry_point = logger.inject_lambda_context(clear_state=True, log_event=False)
+
 runtime = LambdaRuntime.from_environment()
 
 
-@logger.inject_lambda_context(clear_state=True)
+@entry_point
 def api(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """API function: init, health and platform health through Mangum."""
     return api_events.handle(runtime, event, context)
 
 
-@logger.inject_lambda_context(clear_state=True)
+@entry_point
 def worker(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Worker function: run one rollout and call TrainGate back."""
     if isinstance(event, dict) and isinstance(event.get("rollout_id"), str):
@@ -42,7 +47,7 @@ def worker(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return worker_events.handle(runtime, event, context)
 
 
-@logger.inject_lambda_context(clear_state=True)
+@entry_point
 def worker_failed(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """The worker's on-failure destination: report the rollout once."""
     payload = event.get("requestPayload") if isinstance(event, dict) else None
@@ -51,19 +56,19 @@ def worker_failed(event: dict[str, Any], context: LambdaContext) -> dict[str, An
     return failure.handle(runtime, event, context)
 
 
-@logger.inject_lambda_context(clear_state=True)
+@entry_point
 def redrive(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Scheduled: send undelivered final responses again."""
     return redrive_schedule.handle(runtime, event, context)
 
 
-@logger.inject_lambda_context(clear_state=True)
+@entry_point
 def worker_batch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Queue hand-off: run a batch of rollouts from SQS together (partial-batch failures)."""
     return queue.handle(runtime, event, context)
 
 
-@logger.inject_lambda_context(clear_state=True)
+@entry_point
 def dead_letters(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Queue hand-off: report rollouts whose messages the queue gave up on."""
     return dead_letter.handle(runtime, event, context)

@@ -34,8 +34,11 @@ PRICES = {
     "dynamodb_write_unit": 0.625 / 1e6,
     "dynamodb_read_unit": 0.125 / 1e6,
     "sqs_request": 0.40 / 1e6,
+    "kms_request": 0.03 / 1e4,
     "cloudwatch_logs_gb": 0.50,
 }
+#: The queue's message carries the callback key sealed: an Encrypt at init, a Decrypt in the worker.
+KMS_REQUESTS_PER_QUEUED_ROLLOUT = 2
 LOG_BYTES_PER_ROLLOUT = 5 * 450  # five JSON lines (accepted, claimed, finished, delivered, request)
 API_SECONDS_PER_INIT = 0.05  # warm init handling on Lambda: claim + invoke round trips
 MODEL_LATENCIES = (0.5, 2.0, 10.0)
@@ -167,6 +170,9 @@ def scenario(
         "SQS requests": (3 * million / measured["batch"] + million) * PRICES["sqs_request"]
         if mode == "queue"
         else 0.0,
+        "KMS requests": KMS_REQUESTS_PER_QUEUED_ROLLOUT * million * PRICES["kms_request"]
+        if mode == "queue"
+        else 0.0,
         "CloudWatch Logs": million * LOG_BYTES_PER_ROLLOUT / 1e9 * PRICES["cloudwatch_logs_gb"],
     }
     return Scenario(mode, latency, turns, arch, sum(breakdown.values()), breakdown)
@@ -217,6 +223,8 @@ def render(measured: dict[str, Any], units: dict[str, Any]) -> str:
         "- Lambda requests: one per init plus one per worker invocation;",
         "- HTTP API: one request per init; DynamoDB: the write units above;",
         "- SQS (queue mode): one SendMessage per rollout plus a receive and a delete batch per batch;",
+        f"- KMS (queue mode): {KMS_REQUESTS_PER_QUEUED_ROLLOUT} requests per rollout, the message's callback key sealed",
+        "  at init and opened in the worker (the free tier, 20,000 requests a month, left out);",
         f"- CloudWatch Logs: about {LOG_BYTES_PER_ROLLOUT} bytes of JSON log lines per rollout.",
         "",
         "Prices (USD, us-east-1, on-demand):",
@@ -232,6 +240,7 @@ def render(measured: dict[str, Any], units: dict[str, Any]) -> str:
         "dynamodb_write_unit": "DynamoDB on-demand, per write request unit",
         "dynamodb_read_unit": "DynamoDB on-demand, per read request unit",
         "sqs_request": "SQS standard, per request",
+        "kms_request": "KMS, per request",
         "cloudwatch_logs_gb": "CloudWatch Logs, per GB ingested",
     }
     for name, value in PRICES.items():
@@ -281,7 +290,10 @@ def render(measured: dict[str, Any], units: dict[str, Any]) -> str:
         "  waits; less than 512 MB slows the cold start (Lambda gives CPU in proportion to memory) and",
         "  leaves little room for a batch of ten conversations in queue mode.",
         "- DynamoDB, API Gateway and logs cost a few dollars per million rollouts at most; the",
-        "  re-drive's index queries and the KMS requests of parked responses are not on the happy path.",
+        "  re-drive's index queries and the KMS requests of parked responses are not on the happy path;",
+        "  the queue's sealed callback keys add "
+        f"${KMS_REQUESTS_PER_QUEUED_ROLLOUT * 1e6 * PRICES['kms_request']:,.0f} per million rollouts",
+        "  (see docs/aws.md, where the callback key lives).",
         "",
     ]
     return "\n".join(lines)

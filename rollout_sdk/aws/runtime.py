@@ -172,7 +172,8 @@ class LambdaRuntime:
 
     @cached_property
     def vault(self) -> KeyVault | None:
-        """KMS, for callback keys of responses parked for re-drive (CALLBACK_KEY_KMS_KEY_ID)."""
+        """KMS (CALLBACK_KEY_KMS_KEY_ID), for callback keys of responses parked for re-drive and
+        of the rollout queue's messages."""
         from rollout_sdk.engine.vault import KmsVault
 
         key_id = self.aws.callback_key_kms_key_id
@@ -235,7 +236,14 @@ class LambdaRuntime:
         if self.aws.hand_off == "queue":
             if not self.aws.queue_url:
                 raise ConfigurationError("HAND_OFF is queue but QUEUE_URL is not set")
-            return SqsDispatcher(self.aws.queue_url, client=self.clients.sqs)
+            if self.vault is None:
+                # The message would otherwise carry the callback key in clear to every reader of
+                # the queue and its dead-letter queue.
+                raise ConfigurationError(
+                    "HAND_OFF is queue but CALLBACK_KEY_KMS_KEY_ID is not set: the queue's "
+                    "messages carry the callback key sealed with that KMS key"
+                )
+            return SqsDispatcher(self.aws.queue_url, client=self.clients.sqs, vault=self.vault)
         function = self.aws.worker_function_name
         if not function:
             raise ConfigurationError("WORKER_FUNCTION_NAME is not set (template.yaml sets it)")

@@ -6,8 +6,10 @@ so it never goes into a record in clear. Two vaults:
 - :class:`LocalVault`: AES-256-GCM with a key file in the local server's state folder (mode 0600),
   or an in-memory key for the in-memory store. Reading the SQLite file or a backup of it without
   that key file yields nothing usable.
-- :class:`KmsVault`: AWS KMS ``Encrypt``/``Decrypt`` with the template's key, used only when a
-  final response is parked for re-drive (one request on that rare path).
+- :class:`KmsVault`: AWS KMS ``Encrypt``/``Decrypt`` with the template's key: when a final
+  response is parked for re-drive (a rare path), and with ``HandOff=queue`` for every queued
+  rollout (sealed at init, opened by the queue worker: two requests per rollout; docs/aws.md
+  says where the key lives at each step).
 
 The port is asynchronous because a KMS call is a network round trip: :class:`KmsVault` makes it
 on a small thread pool of its own, so the loop running a whole batch of rollouts never waits on
@@ -99,8 +101,8 @@ class KmsVault:
     """AWS KMS under ``key_id``; the encryption context names the purpose.
 
     boto3 is synchronous, so each call runs on the vault's own threads (``max_workers``, a few:
-    a batch may park several rollouts at once, and sealing is otherwise rare); :meth:`close`
-    shuts them down.
+    a queue batch opens its keys at once, and a batch may park several; each call is one short
+    round trip); :meth:`close` shuts them down.
     """
 
     def __init__(
@@ -111,7 +113,8 @@ class KmsVault:
         max_workers: int = 4,
     ) -> None:
         self.key_id = key_id
-        # A callable builds the client on first use: sealing is rare (a parked response).
+        # A callable builds the client on first use: most environments never seal (direct mode
+        # parks few responses), so most cold starts pay nothing for it.
         self._source = client
         self._client: KMSClient | None = None
         self._client_lock = threading.Lock()

@@ -4,6 +4,8 @@ redelivery runs nothing twice, dead letters are reported once."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -28,19 +30,30 @@ def _init(handler: Any, url: str, rollout_id: str) -> None:
     assert call.dispatched == []  # no Lambda invoke: the queue carries it
 
 
-def _receive(handler: Any, resources: LocalResources) -> list[dict[str, Any]]:
-    sqs = handler.runtime.clients.sqs
+def receive(sqs: Any, queue_url: str, *, visibility: int | None = None) -> list[dict[str, Any]]:
+    """Every message visible now, with all its attributes: each once (hidden for the queue's
+    visibility timeout), or with ``visibility=0`` one receive's worth, left visible."""
+    extra = {} if visibility is None else {"VisibilityTimeout": visibility}
     messages: list[dict[str, Any]] = []
     while True:
         got = sqs.receive_message(
-            QueueUrl=resources.queue_url, MaxNumberOfMessages=10, AttributeNames=["All"]
+            QueueUrl=queue_url,
+            MaxNumberOfMessages=10,
+            AttributeNames=["All"],
+            MessageAttributeNames=["All"],
+            **extra,
         ).get("Messages", [])
-        if not got:
-            return messages
         messages.extend(got)
+        if not got or visibility == 0:
+            return messages
 
 
-def _batch(messages: list[dict[str, Any]]) -> dict[str, Any]:
+def _receive(handler: Any, resources: LocalResources) -> list[dict[str, Any]]:
+    return receive(handler.runtime.clients.sqs, resources.queue_url)
+
+
+def batch(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The SQS event Lambda would build from ``messages``."""
     return {
         "Records": [
             {
@@ -48,11 +61,30 @@ def _batch(messages: list[dict[str, Any]]) -> dict[str, Any]:
                 "receiptHandle": m["ReceiptHandle"],
                 "body": m["Body"],
                 "attributes": m.get("Attributes", {}),
+                "messageAttributes": m.get("MessageAttributes", {}),
                 "eventSource": "aws:sqs",
             }
             for m in messages
         ]
     }
+
+
+@contextmanager
+def unsettled(handler: Any, rollout_id: str) -> Iterator[None]:
+    """The worker cannot settle ``rollout_id`` (its store fails) while this lasts."""
+    worker = handler.runtime.worker
+    real_run = worker.run
+
+    async def run(job: Any, **kwargs: Any) -> Any:
+        if job.rollout_id == rollout_id:
+            raise RuntimeError("store unreachable")
+        return await real_run(job, **kwargs)
+
+    worker.run = run
+    try:
+        yield
+    finally:
+        worker.run = real_run
 
 
 @queue_mode
@@ -65,13 +97,20 @@ def test_a_batch_runs_together_in_one_invocation_and_each_rollout_reports_once(
         _init(handler, url, rid)
     messages = _receive(handler, resources)
     assert sorted(json.loads(m["Body"])["rollout_id"] for m in messages) == ids
-    assert all(json.loads(m["Body"])["api_key"] == CALLBACK_KEY for m in messages)
-    result = invoke(handler, "QueueWorkerFunction", _batch(messages), timeout_seconds=900)
+    # The callback key travels sealed with the stack's KMS key, never in clear.
+    bodies = [json.loads(m["Body"]) for m in messages]
+    assert all(
+        "api_key" not in body and CALLBACK_KEY not in m["Body"]
+        for body, m in zip(bodies, messages, strict=True)
+    )
+    opened = [handler.runtime.run(handler.runtime.vault.open(b["sealed_api_key"])) for b in bodies]
+    assert opened == [CALLBACK_KEY] * len(ids)
+    result = invoke(handler, "QueueWorkerFunction", batch(messages), timeout_seconds=900)
     assert result.result == {"batchItemFailures": []}
     assert {rid: len(traingate.completions[rid]) for rid in ids} == dict.fromkeys(ids, 1)
     assert all(traingate.completions[rid][0]["status"] == "COMPLETED" for rid in ids)
     # SQS delivers the batch again: nothing runs twice, nothing is sent twice.
-    again = invoke(handler, "QueueWorkerFunction", _batch(messages), timeout_seconds=900)
+    again = invoke(handler, "QueueWorkerFunction", batch(messages), timeout_seconds=900)
     assert again.result == {"batchItemFailures": []}
     assert traingate.chat_calls == 2 * len(ids)
     assert all(len(traingate.completions[rid]) == 1 for rid in ids)
@@ -83,9 +122,9 @@ def test_a_malformed_message_is_dropped_and_the_rest_of_the_batch_runs(
 ) -> None:
     traingate, url = standin
     _init(handler, url, "good")
-    batch = _batch(_receive(handler, resources))
-    batch["Records"].append({"messageId": "bad", "body": "{not json"})
-    result = invoke(handler, "QueueWorkerFunction", batch, timeout_seconds=900)
+    event = batch(_receive(handler, resources))
+    event["Records"].append({"messageId": "bad", "body": "{not json"})
+    result = invoke(handler, "QueueWorkerFunction", event, timeout_seconds=900)
     assert result.result == {"batchItemFailures": []}  # retrying cannot fix it
     assert len(traingate.completions["good"]) == 1
 
@@ -98,16 +137,8 @@ def test_a_rollout_the_kit_cannot_settle_is_reported_as_a_batch_item_failure(
     _init(handler, url, "fine")
     _init(handler, url, "doomed")
     messages = _receive(handler, resources)
-    worker = handler.runtime.worker
-    real_run = worker.run
-
-    async def run(job: Any, **kwargs: Any) -> Any:
-        if job.rollout_id == "doomed":
-            raise RuntimeError("store unreachable")
-        return await real_run(job, **kwargs)
-
-    worker.run = run
-    result = invoke(handler, "QueueWorkerFunction", _batch(messages), timeout_seconds=900)
+    with unsettled(handler, "doomed"):
+        result = invoke(handler, "QueueWorkerFunction", batch(messages), timeout_seconds=900)
     doomed = next(
         m["MessageId"] for m in messages if json.loads(m["Body"])["rollout_id"] == "doomed"
     )

@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from rollout_sdk.aws.handlers.queue import open_job
 from rollout_sdk.dispatch.sqs import job_from_message
+from rollout_sdk.errors import StoreError
 
 if TYPE_CHECKING:
     from rollout_sdk.aws.runtime import InvocationContext, LambdaRuntime
@@ -15,19 +17,38 @@ logger = logging.getLogger("rollout_sdk.lambda")
 
 def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None) -> dict[str, Any]:
     """Report each dead letter's rollout once, with its stored response or an ERROR, as the
-    on-failure destination does; a malformed message is logged and dropped."""
+    on-failure destination does; a malformed message is logged and dropped.
+
+    A dead letter whose sealed callback key cannot be opened is not reported without it
+    (TrainGate would refuse the callback and the rollout would end UNDELIVERABLE, for good):
+    once every other message of the batch is settled, the invocation raises, so SQS keeps the
+    batch and delivers it again after the dead-letter queue's visibility timeout, until KMS
+    opens the key or the message's retention (14 days) runs out. The others, settled already,
+    find their records final and send nothing twice.
+    """
     from aws_lambda_powertools.utilities.data_classes import SQSEvent
 
-    # One at a time, not a batch processor: nothing is retried from a dead-letter queue, so
-    # there is no partial-batch report to make, and each report is one short store write.
+    # One at a time, not a batch processor: nothing is retried from a dead-letter queue (but a
+    # key that cannot be opened), so there is no partial-batch report to make, and each report
+    # is one short store write.
     settled: list[dict[str, str]] = []
+    kept: list[str] = []
     if not (isinstance(event, dict) and isinstance(event.get("Records"), list)):
         return {"status": "settled", "rollouts": settled}
     for record in SQSEvent(event).records:
         try:
-            job = job_from_message(record.get("body"))
+            queued = job_from_message(record.get("body"))
         except ValueError as exc:
             logger.error("malformed dead letter dropped: %s", exc)
+            continue
+        try:
+            job = runtime.run(
+                open_job(runtime, queued, then="the dead letter is kept and delivered again")
+            )
+        except StoreError:
+            kept.append(queued.rollout_id)
+            continue
+        if job is None:
             continue
         receives = (record.get("attributes") or {}).get("ApproximateReceiveCount", "?")
         reason = f"the queued rollout failed {receives} times (dead-letter queue)"
@@ -37,5 +58,10 @@ def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None
                 "rollout_id": job.rollout_id,
                 "state": settled_record.state.value if settled_record else "absent",
             }
+        )
+    if kept:
+        raise StoreError(
+            f"the callback keys of {len(kept)} dead letters could not be opened (rollouts "
+            f"{', '.join(kept)}); SQS delivers them again"
         )
     return {"status": "settled", "rollouts": settled}

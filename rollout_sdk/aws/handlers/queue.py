@@ -5,24 +5,57 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from rollout_sdk.dispatch.sqs import job_from_message
+from rollout_sdk.engine.record import RecordState
+from rollout_sdk.errors import StoreError
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
     from rollout_sdk.aws.runtime import InvocationContext, LambdaRuntime
+    from rollout_sdk.dispatch.base import Job
+    from rollout_sdk.dispatch.sqs import QueuedJob
 
 logger = logging.getLogger("rollout_sdk.lambda")
+
+
+async def open_job(runtime: LambdaRuntime, queued: QueuedJob, *, then: str) -> Job | None:
+    """The message's job with its callback key opened (one KMS ``Decrypt`` when sealed).
+
+    None when the key cannot be opened but the rollout needs it no more (reported already,
+    parked with its own sealed key for the re-drive, or its record gone): the message can go,
+    rather than fail until SQS drops it. Otherwise a key that cannot be opened raises
+    StoreError, after an error log naming the rollout and ``then`` (what happens next).
+    """
+    try:
+        return await queued.open(runtime.vault)
+    except StoreError as exc:
+        record = await runtime.store.get(queued.rollout_id, now=time.time())
+        final = record is None or record.state in (RecordState.DELIVERED, RecordState.UNDELIVERABLE)
+        parked = record is not None and record.state == RecordState.FINISHED and record.sealed_key
+        if final or parked:
+            logger.warning(
+                "callback key cannot be opened, but the rollout needs it no more",
+                extra={"rollout_id": queued.rollout_id, "error": str(exc)},
+            )
+            return None
+        logger.error(
+            f"callback key cannot be opened; {then}",
+            extra={"rollout_id": queued.rollout_id, "error": str(exc)},
+        )
+        raise
 
 
 def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None) -> dict[str, Any]:
     """Run every rollout of the batch concurrently on the runtime's loop.
 
     A message is reported failed (and redelivered after its visibility timeout) only when the
-    kit could not settle its rollout; a redelivery finds the record claimed or finished and does
-    nothing twice. A malformed message is logged and dropped: retrying cannot fix it.
+    kit could not settle its rollout, or could not open its sealed callback key; a redelivery
+    finds the record claimed or finished and does nothing twice. A malformed message is logged
+    and dropped: retrying cannot fix it.
     """
     from rollout_sdk.aws.batch import LoopBatchProcessor
 
@@ -30,9 +63,22 @@ def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None
 
     async def run_one(record: SQSRecord) -> None:
         try:
-            job = job_from_message(record.get("body"))
+            queued = job_from_message(record.get("body"))
         except ValueError as exc:
             logger.error("malformed queue message %s dropped: %s", record.get("messageId"), exc)
+            return
+        # A sealed key that cannot be opened (KMS throttled or unreachable, the key disabled,
+        # the function's kms:Decrypt removed) is not run without it: the agent's chat calls and
+        # the final callback both need the key, and TrainGate would refuse them, leaving the
+        # rollout UNDELIVERABLE for good. The message is reported failed instead, so SQS
+        # delivers it again (a passing KMS fault heals), and after its last receive the
+        # dead-letter function reports the rollout, or keeps it until the key opens.
+        job = await open_job(
+            runtime,
+            queued,
+            then="the message will be redelivered, then reported from the dead-letter queue",
+        )
+        if job is None:
             return
         try:
             await runtime.worker.run(job, deadline_seconds=deadline)
