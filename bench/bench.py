@@ -1,6 +1,7 @@
 """``make bench``: where the kit stands against the protocol's own cost, loopback only.
 
     python -m bench.bench [--runs 3] [--rollouts 500] [--concurrency 50] [--budget 480]
+                          [--redrive-sizes 1000,10000,100000]
 
 Each figure is the median of ``--runs`` runs (every run is kept in the results):
 
@@ -19,7 +20,11 @@ Each figure is the median of ``--runs`` runs (every run is kept in the results):
 5. cold start of handler.api and handler.worker against a bare import (:mod:`bench.aws`
    ``coldstart``), with a network guard on the imports;
 6. the agent author's import time against ``from pydantic import BaseModel``, in fresh
-   processes, and the server modules it loads (:mod:`bench.imports`).
+   processes, and the server modules it loads (:mod:`bench.imports`);
+7. the re-drive's reads: items read (``ScannedCount``, ``Count``), requests and seconds of one
+   scheduled pass finding 10 parked rollouts beside ``--redrive-sizes`` delivered records, on
+   moto's server, and what the stand-in received (:mod:`bench.redrive`). It runs before the
+   dynamodb throughput, which fills what is left of ``--budget``.
 
 Results go to ``bench/results/<UTC timestamp>.json`` and ``latest.json`` (machine, date,
 versions, every figure with its runs, the goals passed or missed), the chart to ``latest.png``,
@@ -30,6 +35,7 @@ and a summary table to stdout. A missed goal does not fail the command; a broken
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime as dt
 import functools
 import importlib.metadata
@@ -40,6 +46,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,6 +58,10 @@ from bench.imports import GOAL_RATIO as IMPORT_GOAL_RATIO
 from bench.imports import run_imports
 from bench.memory import MemoryRun, run_memory
 from bench.overhead import OverheadRun, run_overhead
+from bench.redrive import DEFAULT_SIZES as REDRIVE_SIZES
+from bench.redrive import GOAL_ITEMS_READ as REDRIVE_GOAL_ITEMS
+from bench.redrive import parse_sizes
+from bench.redrive import summary_lines as redrive_lines
 from bench.throughput import BASELINE, ThroughputRun, run_baseline, run_kit
 from testkit import REPO_ROOT
 from testkit.machine import machine
@@ -165,24 +176,48 @@ def _ratios(kit: list[ThroughputRun], base: list[ThroughputRun]) -> Figure:
     return Figure("ratio", [k.rate / b.rate for k, b in zip(kit, base, strict=False) if b.rate])
 
 
-def _subprocess_json(args: list[str], timeout: float) -> dict[str, Any]:
-    """Run ``python -m bench.<args>`` and return its report (``error`` on failure)."""
+def _subprocess_json(args: list[str], timeout: float, *, echo: bool = False) -> dict[str, Any]:
+    """Run ``python -m bench.<args>`` and return its report (``error`` on failure, with the
+    last of its stderr); ``echo`` copies its stderr (its progress) to ours as it comes."""
+    process = subprocess.Popen(  # noqa: S603 - a fixed argv list, no shell
+        [sys.executable, "-m", *args],
+        cwd=REPO_ROOT,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    out: list[str] = []
+    err: collections.deque[str] = collections.deque(maxlen=200)
+
+    def read_err() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            err.append(line)
+            if echo:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+
+    def read_out() -> None:
+        assert process.stdout is not None
+        out.append(process.stdout.read())
+
+    readers = [threading.Thread(target=f, daemon=True) for f in (read_err, read_out)]
+    for reader in readers:
+        reader.start()
     try:
-        done = subprocess.run(  # noqa: S603 - a fixed argv list, no shell
-            [sys.executable, "-m", *args],
-            cwd=REPO_ROOT,
-            env=child_env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:  # run() has killed it
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
         return {"error": f"took longer than {timeout:g} s"}
+    finally:
+        for reader in readers:
+            reader.join(10)
     try:
-        result: dict[str, Any] = parse_result(done.stdout)
+        result: dict[str, Any] = parse_result("".join(out))
     except ValueError:
-        return {"error": f"exit {done.returncode}: {done.stderr[-1500:]}"}
+        return {"error": f"exit {process.returncode}: {''.join(err)[-1500:]}"}
     return result
 
 
@@ -315,7 +350,22 @@ def run_all(args: argparse.Namespace, clock: Clock) -> dict[str, Any]:
         f"{figures['author_import']['ratio']['median']}x from pydantic import BaseModel"
     )
 
-    # 7. dynamodb throughput, last: only the runs that fit the budget
+    # 7. the re-drive's reads, at every size: before the dynamodb throughput, which fills what
+    # is left of the budget, so the figure at 100k records is never the one left out
+    sizes = ",".join(str(n) for n in args.redrive_sizes)
+    redrive = _subprocess_json(["bench.redrive", "--sizes", sizes], 1200, echo=True)
+    figures["redrive"] = redrive
+    problems += [f"re-drive: {f}" for f in redrive.get("failures", [])]
+    if "error" in redrive:
+        problems.append(f"re-drive: {redrive['error']}")
+    for size in redrive.get("sizes", []):
+        clock.log(
+            f"re-drive, {size['delivered_records']:,} delivered: read "
+            + ", ".join(f"{p['scanned_count']:,}" for p in size.get("passes", []))
+            + " items per pass"
+        )
+
+    # 8. dynamodb throughput, last: only the runs that fit the budget
     dynamodb: list[ThroughputRun] = []
     skipped = ""
     if args.skip_dynamodb:
@@ -415,6 +465,27 @@ def goals(figures: dict[str, Any]) -> list[Goal]:
                 check(ratio, lambda v: v <= COLD_START_GOAL),
             )
         )
+    redrive = figures.get("redrive") or {}
+    for size in redrive.get("sizes", []):
+        passes = size.get("passes") or []
+        read = max((int(p["scanned_count"]) for p in passes), default=None)
+        out.append(
+            Goal(
+                f"re-drive, {size['delivered_records']:,} delivered: items read",
+                f"<= {REDRIVE_GOAL_ITEMS}",
+                read,
+                size.get("goal"),
+            )
+        )
+    for size in redrive.get("skipped") or {}:
+        out.append(
+            Goal(
+                f"re-drive, {int(size):,} delivered: items read",
+                f"<= {REDRIVE_GOAL_ITEMS}",
+                None,
+                None,
+            )
+        )
     ratio = value("author_import", "ratio", "median")
     out.append(
         Goal(
@@ -504,6 +575,7 @@ def summary(results: dict[str, Any]) -> str:
         f"({_fmt(cs['worker_vs_bare']['median'], 2)}x); network at import: "
         f"{len(cs['network_at_import'])} attempts",
         *_author_import_line(f.get("author_import")),
+        *_redrive_lines(f.get("redrive")),
         "",
         "goals:",
     ]
@@ -529,6 +601,15 @@ def _author_import_line(figure: dict[str, Any] | None) -> list[str]:
         f"({_fmt(figure['ratio']['median'], 2)}x); server modules loaded: "
         f"{', '.join(loaded) or 'none'}"
     ]
+
+
+def _redrive_lines(figure: dict[str, Any] | None) -> list[str]:
+    """The summary's re-drive table (absent from results written before it)."""
+    if figure is None:
+        return []
+    if "error" in figure:
+        return ["", f"re-drive: not measured ({figure['error'][:200]})"]
+    return ["", *redrive_lines(figure)]
 
 
 def chart(results: dict[str, Any], path: Path) -> None:
@@ -635,6 +716,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds of measuring after which no further dynamodb run starts (default 480)",
     )
     parser.add_argument("--skip-dynamodb", action="store_true")
+    parser.add_argument(
+        "--redrive-sizes",
+        type=parse_sizes,
+        default=list(REDRIVE_SIZES),
+        metavar="N,N,...",
+        help="delivered records beside the 10 parked of the re-drive figure (default "
+        + ",".join(str(n) for n in REDRIVE_SIZES)
+        + ")",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
     parser.add_argument("--no-chart", action="store_true")
     parser.add_argument(
@@ -699,6 +789,7 @@ def main(argv: list[str] | None = None) -> int:
                 "default pool: the Python client stack's cost before any kit code",
             },
             "budget_seconds": args.budget,
+            "redrive_sizes": args.redrive_sizes,
         },
         **measured,
     }
