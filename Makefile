@@ -37,7 +37,7 @@ load: $(STAMP)
 load-dynamodb: $(STAMP)
 	$(BIN)/python -m bench.load --rollouts 300 --concurrency 50 --store dynamodb
 
-# The benchmarks (bench/bench.py), loopback only, under 10 minutes: throughput and init latency
+# The benchmarks (bench/bench.py), loopback only, about 15 minutes: throughput and init latency
 # per store against the bare-protocol baseline, SDK overhead per chat call, memory per rollout
 # in flight, AWS requests per rollout, cold start, the re-drive's reads beside 1k, 10k and 100k
 # delivered records (alone: python -m bench.redrive). Writes bench/results/<UTC time>.json,

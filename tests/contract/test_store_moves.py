@@ -267,7 +267,9 @@ async def test_a_move_of_an_expired_record_changes_nothing(store: Store, move: M
 async def test_a_held_lease_stops_only_the_moves_that_wait_for_it(store: Store, move: Move) -> None:
     leased = [s for s in move.from_states if s != RecordState.ACCEPTED]
     if not leased:
-        pytest.skip(f"{move.name} moves only ACCEPTED records, which hold no lease")
+        # An ACCEPTED record holds a lease only as a duplicate's hand-off lease, which
+        # test_a_duplicates_hand_off_lease_bounds_hand_offs_and_is_due_when_it_ends checks.
+        pytest.skip(f"{move.name} moves only ACCEPTED records, which hold no worker's lease")
     before = await reach(store, leased[0])
     assert before.lease_until is not None
     at = before.lease_until  # a lease is held up to and including lease_until
