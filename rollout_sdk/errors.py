@@ -41,10 +41,51 @@ which the app and the ASGI middlewares both render from.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import StrEnum
+
+
+class FailureCategory(StrEnum):
+    """Why a rollout ended as ERROR, as its final response says (``extra_fields``, under
+    ``rollout_sdk.failure``; docs/operations.md has the table). Only ``agent_error`` and
+    ``invalid_result`` are the agent's own outcome; every other is the kit's, the platform's, or
+    the trainer's, and carries no reward: a trainer drops those instead of training on them."""
+
+    #: The agent raised, or returned an ERROR itself.
+    AGENT_ERROR = "agent_error"
+    #: The rollout ran past its deadline.
+    TIMEOUT = "timeout"
+    #: TrainGate (or an operator) cancelled it.
+    CANCELLED = "cancelled"
+    #: The agent's result cannot be carried by the protocol (a NaN reward, a bad status).
+    INVALID_RESULT = "invalid_result"
+    #: The kit or the infrastructure failed (the store, TrainGate's chat endpoint, a bug).
+    INFRASTRUCTURE = "infrastructure"
+    #: The worker running it stopped (a crash, a Lambda timeout, a restart) before reporting.
+    WORKER_LOST = "worker_lost"
+    #: It never ran: no worker took it (an event aged out, every hand-off failed, dead letters).
+    NEVER_STARTED = "never_started"
+
+    @property
+    def retryable(self) -> bool:
+        """Running the same rollout again could succeed: the failure was not in the request or
+        the agent's answer to it (a cancelled rollout was stopped on purpose)."""
+        return self not in (
+            FailureCategory.AGENT_ERROR,
+            FailureCategory.INVALID_RESULT,
+            FailureCategory.CANCELLED,
+        )
+
+    @property
+    def agents_own(self) -> bool:
+        """The agent's own outcome (its reward, if it gave one, stands)."""
+        return self in (FailureCategory.AGENT_ERROR, FailureCategory.INVALID_RESULT)
 
 
 class RolloutError(Exception):
-    """Root of every exception raised by the kit."""
+    """Root of every exception raised by the kit. ``category`` is what a rollout that ends on
+    it is reported as (the kit's exceptions are the kit's failures unless they say otherwise)."""
+
+    category: FailureCategory = FailureCategory.INFRASTRUCTURE
 
 
 class OsmosisRolloutError(RolloutError):
@@ -64,7 +105,9 @@ class OsmosisServerError(OsmosisRolloutError):
 
 
 class OsmosisValidationError(OsmosisRolloutError):
-    """TrainGate rejected the request (a 4xx that retrying cannot fix)."""
+    """TrainGate rejected the request (a 4xx that retrying cannot fix): what the agent sent."""
+
+    category = FailureCategory.AGENT_ERROR
 
     def __init__(self, message: str, status_code: int | None = None) -> None:
         super().__init__(message)
@@ -96,9 +139,13 @@ class AgentLoopValidationError(OsmosisRolloutError):
 class RolloutCancelled(OsmosisRolloutError):
     """Raised inside ``ctx.chat`` when the rollout was cancelled; the worker reports it."""
 
+    category = FailureCategory.CANCELLED
+
 
 class ToolExecutionError(OsmosisRolloutError):
     """A tool call failed."""
+
+    category = FailureCategory.AGENT_ERROR
 
     def __init__(self, message: str, tool_call_id: str = "", tool_name: str = "") -> None:
         super().__init__(message)

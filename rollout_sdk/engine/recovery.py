@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rollout_sdk.engine.record import RecordState, RolloutRecord
-from rollout_sdk.errors import DispatchError, RolloutError
+from rollout_sdk.errors import DispatchError, FailureCategory, RolloutError
 
 if TYPE_CHECKING:
     from rollout_sdk.dispatch.base import Job
@@ -226,11 +226,17 @@ class Recovery:
         *,
         force: bool = False,
         due_only: bool = False,
+        category: FailureCategory = FailureCategory.WORKER_LOST,
     ) -> None:
         report.examined += 1
         try:
             outcome, acted = await self.settlement.settle_once(
-                record.rollout_id, reason=reason, force=force, current=record, due_only=due_only
+                record.rollout_id,
+                reason=reason,
+                force=force,
+                current=record,
+                due_only=due_only,
+                category=category,
             )
         except RolloutError as exc:
             report.failed[record.rollout_id] = str(exc)
@@ -255,7 +261,9 @@ class Recovery:
         lease_until = min(now + leases.seconds * backoff, last_chance)
         too_old = now - record.created_at >= self._kit.redrive_max_age_seconds
         if too_old or lease_until <= now:
-            await self._settle(record, NEVER_STARTED_REASON, report)
+            await self._settle(
+                record, NEVER_STARTED_REASON, report, category=FailureCategory.NEVER_STARTED
+            )
             return
         report.examined += 1
         if self.hand_off is None:

@@ -1,43 +1,96 @@
 """The final response of a rollout, as the protocol carries it: what an agent's outcome becomes,
-and the ERROR responses the kit writes itself."""
+and the ERROR responses the kit writes itself.
+
+Every ERROR carries its failure in ``extra_fields`` under one key, v1's wire shape unchanged::
+
+    "extra_fields": {"rollout_sdk": {"failure": {"category": "worker_lost",
+                                                 "retryable": true, "attempt": 1}}}
+
+The category comes from where the failure happened (the kit's exceptions carry theirs:
+:class:`~rollout_sdk.errors.FailureCategory`), never from message text. ``reward`` is null for
+every failure that is not the agent's own.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import math
+from typing import Any
 
 from rollout_sdk.agent.loop import RolloutResult
+from rollout_sdk.errors import FailureCategory, RolloutError
 from rollout_sdk.protocol import RolloutMetrics, RolloutResponse, RolloutStatus
 
 logger = logging.getLogger("rollout_sdk.engine.responses")
+
+#: The one key of ``extra_fields`` the kit writes under.
+EXTRA_KEY = "rollout_sdk"
+
+#: The finish_reason of an ERROR by its category (v1's values: error, timeout, cancelled).
+_FINISH_REASONS = {FailureCategory.TIMEOUT: "timeout", FailureCategory.CANCELLED: "cancelled"}
+
+
+def failure_fields(category: FailureCategory, attempt: int) -> dict[str, Any]:
+    """``extra_fields`` of an ERROR in ``category`` on ``attempt``."""
+    return {
+        EXTRA_KEY: {
+            "failure": {
+                "category": category.value,
+                "retryable": category.retryable,
+                "attempt": attempt,
+            }
+        }
+    }
+
+
+def failure_of(response: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The failure a stored response carries (category, retryable, attempt), if any."""
+    extra = (response or {}).get("extra_fields") or {}
+    failure = (extra.get(EXTRA_KEY) or {}).get("failure") if isinstance(extra, dict) else None
+    return failure if isinstance(failure, dict) else None
 
 
 def error_response(
     rollout_id: str,
     message: str,
     *,
-    finish_reason: str = "error",
+    category: FailureCategory,
+    attempt: int,
     final_messages: list[dict[str, object]] | None = None,
     metrics: RolloutMetrics | None = None,
 ) -> RolloutResponse:
-    """An ERROR final response."""
+    """An ERROR final response the kit writes: no reward, its failure in ``extra_fields``."""
     return RolloutResponse(
         rollout_id=rollout_id,
         status=RolloutStatus.ERROR,
         final_messages=final_messages or [],
-        finish_reason=finish_reason,
+        finish_reason=_FINISH_REASONS.get(category, "error"),
         error_message=message,
         metrics=metrics or RolloutMetrics(),
+        extra_fields=failure_fields(category, attempt),
     )
 
 
+def category_of(exc: BaseException) -> FailureCategory:
+    """What a rollout that ended on ``exc`` is reported as: the kit's exceptions say (a
+    TrainGate outage inside the agent's chat call is infrastructure); any other exception an
+    agent raised is its own error."""
+    return exc.category if isinstance(exc, RolloutError) else FailureCategory.AGENT_ERROR
+
+
 def agent_failure(
-    rollout_id: str, exc: BaseException, final_messages: list[dict[str, object]]
+    rollout_id: str, exc: BaseException, final_messages: list[dict[str, object]], *, attempt: int
 ) -> RolloutResponse:
     """The ERROR response for an agent loop that raised ``exc``."""
     logger.warning("agent loop raised", exc_info=exc, extra={"rollout_id": rollout_id})
-    return error_response(rollout_id, f"{type(exc).__name__}: {exc}", final_messages=final_messages)
+    return error_response(
+        rollout_id,
+        f"{type(exc).__name__}: {exc}",
+        category=category_of(exc),
+        attempt=attempt,
+        final_messages=final_messages,
+    )
 
 
 def messages_or_empty(messages: object) -> list[dict[str, object]]:
@@ -52,6 +105,8 @@ def to_response(
     outcome: RolloutResult | RolloutResponse,
     ctx_metrics: RolloutMetrics,
     elapsed_ms: float,
+    *,
+    attempt: int,
 ) -> RolloutResponse:
     """The wire response for an outcome; ValueError/TypeError when the protocol cannot carry it."""
     # The kit's own ERROR responses carry the context's metrics; an agent's result may carry its
@@ -76,6 +131,10 @@ def to_response(
                 "metrics": metrics,
             }
         )
+        if response.status == RolloutStatus.ERROR:
+            # The agent's own ERROR (ctx.error(...)): its reward, if any, stands.
+            failure = failure_fields(FailureCategory.AGENT_ERROR, attempt)
+            response = response.model_copy(update={"extra_fields": failure})
     if response.reward is not None and not math.isfinite(response.reward):
         raise ValueError(f"reward must be a finite number, got {response.reward}")
     for name, value in response.metrics.model_dump().items():

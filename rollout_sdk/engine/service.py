@@ -14,9 +14,11 @@ from rollout_sdk.engine.record import (
     differing_fields,
     expiry,
 )
+from rollout_sdk.engine.responses import failure_of
 from rollout_sdk.engine.rules import AgentTools, check_metadata_size, check_server_url
 from rollout_sdk.errors import (
     DispatchError,
+    FailureCategory,
     IdempotencyConflict,
     RolloutAlreadyFinished,
     RolloutNotFound,
@@ -247,7 +249,9 @@ class RolloutService:
             and marked.record.sealed_key
         ):
             settled = await self.engine.settlement.settle(
-                rollout_id, reason="rollout cancelled before it started", finish_reason="cancelled"
+                rollout_id,
+                reason="rollout cancelled before it started",
+                category=FailureCategory.CANCELLED,
             )
             return settled or marked.record
         return marked.record
@@ -262,6 +266,8 @@ def record_status(record: RolloutRecord) -> dict[str, Any]:
         "status": response.get("status"),
         "finish_reason": response.get("finish_reason"),
         "error_message": response.get("error_message"),
+        # An ERROR's category, whether retrying could succeed, and the attempt (docs/operations.md).
+        "failure": failure_of(record.response),
         "reward": response.get("reward"),
         "metrics": response.get("metrics"),
         "attempt": record.attempt,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
 from rollout_sdk.engine.responses import error_response
+from rollout_sdk.errors import FailureCategory
 
 if TYPE_CHECKING:
     from rollout_sdk.dispatch.base import Job
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
     from rollout_sdk.store.base import Store
 
 logger = logging.getLogger("rollout_sdk.engine.settlement")
+
+#: Failures of a worker that, on a record no worker claimed, mean the rollout never started.
+_LOST = (FailureCategory.WORKER_LOST, FailureCategory.INFRASTRUCTURE)
 
 #: Why a rollout is settled when the delivery that owned it stopped without a word.
 OWNER_STOPPED = "the worker that ran this rollout stopped before reporting it"
@@ -64,7 +68,7 @@ class Settlement:
         api_key: str | None = None,
         owner_attempt: int | None = None,
         force: bool = False,
-        finish_reason: str = "error",
+        category: FailureCategory = FailureCategory.WORKER_LOST,
     ) -> RolloutRecord | None:
         """End a rollout whose worker failed or died, once: send its stored response if it has
         one, else fix an ERROR naming ``reason`` and send that.
@@ -79,7 +83,7 @@ class Settlement:
             api_key=api_key,
             owner_attempt=owner_attempt,
             force=force,
-            finish_reason=finish_reason,
+            category=category,
         )
         return record
 
@@ -91,7 +95,7 @@ class Settlement:
         api_key: str | None = None,
         owner_attempt: int | None = None,
         force: bool = False,
-        finish_reason: str = "error",
+        category: FailureCategory = FailureCategory.WORKER_LOST,
         current: RolloutRecord | None = None,
         due_only: bool = False,
     ) -> tuple[RolloutRecord | None, bool]:
@@ -111,10 +115,14 @@ class Settlement:
         key = api_key if api_key is not None else await self.open_key(record)
         if record.state in (RecordState.ACCEPTED, RecordState.RUNNING):
             mine = owner_attempt is not None and record.attempt == owner_attempt
+            if record.state == RecordState.ACCEPTED and category in _LOST:
+                category = FailureCategory.NEVER_STARTED  # no worker ever claimed it
             moved = await self.store.settle(
                 rollout_id,
                 attempt=record.attempt,
-                response=error_response(rollout_id, reason, finish_reason=finish_reason),
+                response=error_response(
+                    rollout_id, reason, category=category, attempt=record.attempt
+                ),
                 lease_until=self.leases.until(now),
                 expires_at=expiry(now, float(self.settings.server.record_ttl_seconds)),
                 now=now,
@@ -142,6 +150,8 @@ class Settlement:
         return await self.delivery.deliver(moved.record, api_key=key), True
 
     async def report_failed_job(self, job: Job, *, reason: str) -> RolloutRecord | None:
+        # The worker stopped (or, when the record is still ACCEPTED, never started): the
+        # category follows from the record's state in settle_once.
         """A job AWS gave up on (the on-failure destination, the dead-letter queue): settle its
         rollout once, naming ``reason``. When a live lease holds the record (a delivery of the
         job still runs it, or died moments ago), wait for the lease to be renewed or run out

@@ -35,7 +35,7 @@ from rollout_sdk.engine.responses import (
     messages_or_empty,
     to_response,
 )
-from rollout_sdk.errors import RolloutCancelled, StoreError
+from rollout_sdk.errors import FailureCategory, RolloutCancelled, RolloutError, StoreError
 from rollout_sdk.protocol import RolloutResponse
 
 if TYPE_CHECKING:
@@ -102,6 +102,10 @@ class RolloutWorker:
             return await self.settlement.settle(
                 job.rollout_id,
                 reason=f"the worker failed: {type(exc).__name__}: {exc}",
+                # Not the agent's (its failures end in _run_agent): the kit's own.
+                category=exc.category
+                if isinstance(exc, RolloutError)
+                else FailureCategory.INFRASTRUCTURE,
                 api_key=job.api_key,
                 owner_attempt=job.attempt,
             )
@@ -124,7 +128,10 @@ class RolloutWorker:
         logger.info("rollout claimed", extra={"rollout_id": job.rollout_id, "attempt": job.attempt})
         if record.cancel_requested:
             response = error_response(
-                job.rollout_id, "rollout cancelled before it started", finish_reason="cancelled"
+                job.rollout_id,
+                "rollout cancelled before it started",
+                category=FailureCategory.CANCELLED,
+                attempt=job.attempt,
             )
         else:
             response = await self._execute(record, job, budget)
@@ -141,6 +148,8 @@ class RolloutWorker:
             response = error_response(
                 job.rollout_id,
                 f"the final response could not be stored: {exc}",
+                category=FailureCategory.INFRASTRUCTURE,
+                attempt=job.attempt,
                 metrics=response.metrics,
             )
             finished = await self._finish(job, response, watch=watch)
@@ -231,27 +240,33 @@ class RolloutWorker:
         except TimeoutError as exc:
             if not deadline.expired():
                 # The agent's own TimeoutError (a tool's wait_for), not the rollout's deadline.
-                outcome = agent_failure(request.rollout_id, exc, ctx.last_messages)
+                outcome = agent_failure(
+                    request.rollout_id, exc, ctx.last_messages, attempt=job.attempt
+                )
             else:
                 outcome = error_response(
                     request.rollout_id,
                     f"rollout exceeded its deadline of {budget:g} s "
                     "(OSMOSIS_ROLLOUT_SERVER_REQUEST_TIMEOUT_SECONDS)",
-                    finish_reason="timeout",
+                    category=FailureCategory.TIMEOUT,
+                    attempt=job.attempt,
                     final_messages=ctx.last_messages,
                 )
         except RolloutCancelled:
             outcome = error_response(
                 request.rollout_id,
                 "rollout cancelled",
-                finish_reason="cancelled",
+                category=FailureCategory.CANCELLED,
+                attempt=job.attempt,
                 final_messages=ctx.last_messages,
             )
         except Exception as exc:  # the agent's own failure becomes an ERROR result
-            outcome = agent_failure(request.rollout_id, exc, ctx.last_messages)
+            outcome = agent_failure(request.rollout_id, exc, ctx.last_messages, attempt=job.attempt)
         elapsed_ms = (time.perf_counter() - started) * 1000
         try:
-            return to_response(request.rollout_id, outcome, ctx.metrics, elapsed_ms)
+            return to_response(
+                request.rollout_id, outcome, ctx.metrics, elapsed_ms, attempt=job.attempt
+            )
         except (ValueError, TypeError) as exc:
             # A result the protocol cannot carry (a lowercase status, a NaN reward, messages
             # that are not objects) must still end the rollout: report why, as an ERROR.
@@ -262,6 +277,8 @@ class RolloutWorker:
             return error_response(
                 request.rollout_id,
                 f"the agent's result cannot be sent: {exc}",
+                category=FailureCategory.INVALID_RESULT,
+                attempt=job.attempt,
                 final_messages=messages_or_empty(ctx.last_messages),
                 metrics=metrics,
             )

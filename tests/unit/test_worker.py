@@ -17,6 +17,7 @@ from rollout_sdk.engine.client import CHAT_PATH, COMPLETED_PATH, TrainGateClient
 from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
 from rollout_sdk.engine.responses import error_response
 from rollout_sdk.engine.worker import RolloutWorker
+from rollout_sdk.errors import FailureCategory
 from rollout_sdk.protocol import InitResponse, Message, RolloutRequest, RolloutStatus
 from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.memory import MemoryStore
@@ -363,7 +364,9 @@ async def test_finish_lost_to_another_writer_keeps_the_stored_response() -> None
             swept = await rig.store.settle(
                 "rollout-1",
                 attempt=JOB.attempt,
-                response=error_response("rollout-1", "swept"),
+                response=error_response(
+                    "rollout-1", "swept", category=FailureCategory.WORKER_LOST, attempt=1
+                ),
                 lease_until=now + 60,
                 expires_at=expiry(now, 3600),
                 now=now,
