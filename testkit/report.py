@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from testkit.machine import machine_line
-from testkit.scenarios.base import Row, Say, Scale, quiet
+from testkit.scenarios.base import NO_FAILURE, Row, Say, Scale, categories_cell, quiet, tally
 from testkit.scenarios.matrix import run_matrix
 
 Matrix = Callable[..., list[Row]]
@@ -30,6 +31,17 @@ def totals(rows: Sequence[Row]) -> dict[str, int]:
         "resent": sum(r.resent for r in counted),
         "failed_rows": sum(1 for r in rows if not r.ok),
     }
+
+
+def failures_total(rows: Sequence[Row]) -> str:
+    """The total's category cell: the failures of the rows whose rollouts no other row counts,
+    by category (the responses with no failure left out)."""
+    counted: Counter[str] = Counter()
+    for row in rows:
+        if row.distinct:
+            counted.update(row.categories)
+    counted.pop(NO_FAILURE, None)
+    return f"failures: {tally(counted)}" if counted else "no failure"
 
 
 def render(
@@ -67,19 +79,31 @@ def render(
         "re-drive every 1 s (every 6 s on the server that is killed); AWS: lease 5 s, heartbeat "
         "1 s, DEADLINE_MARGIN_SECONDS 1.",
         "",
-        "| Fault | Expected outcome | Measured outcome | Sent | Reported | Lost | Duplicated "
-        "| Re-sent after lost ack |",
-        "|---|---|---|---:|---:|---:|---:|---:|",
+        "*Category*: the failure category each final response TrainGate received carries "
+        '(`extra_fields["rollout_sdk"]["failure"]["category"]`), counted per row; *none*: no '
+        "failure (a COMPLETED response); *-*: the row counts no final response of its own. "
+        "Each row asserts its category on every rollout (none, where it ends COMPLETED), with "
+        "the category's `retryable`, the attempt (1; 0 when no worker ever claimed the "
+        "rollout) and a null reward for every category but "
+        "`agent_error` and `invalid_result`; local rows also check that the status endpoint "
+        "(GET /v1/rollout/{id}) shows the same failure. The categories are defined in "
+        "docs/architecture.md (Failure categories).",
+        "",
+        "| Fault | Expected outcome | Measured outcome | Category | Sent | Reported | Lost "
+        "| Duplicated | Re-sent after lost ack |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         measured = row.measured if row.ok else f"**FAIL** {row.measured}: {row.failures[0]}"
         lines.append(
-            f"| {_cell(row.fault)} | {_cell(row.expected)} | {_cell(measured)} | {row.sent} "
-            f"| {row.reported} | {row.lost} | {row.duplicated} | {row.resent} |"
+            f"| {_cell(row.fault)} | {_cell(row.expected)} | {_cell(measured)} "
+            f"| {_cell(categories_cell(row.categories))} | {row.sent} | {row.reported} "
+            f"| {row.lost} | {row.duplicated} | {row.resent} |"
         )
     lines += [
-        f"| **Total** (distinct rollouts) | 0 lost, 0 duplicated | {verdict} | {sums['sent']} "
-        f"| {sums['reported']} | {sums['lost']} | {sums['duplicated']} | {sums['resent']} |",
+        f"| **Total** (distinct rollouts) | 0 lost, 0 duplicated | {verdict} "
+        f"| {_cell(failures_total(rows))} | {sums['sent']} | {sums['reported']} "
+        f"| {sums['lost']} | {sums['duplicated']} | {sums['resent']} |",
         "",
         "Rows that reuse another row's rollouts (bad input: inits, not rollouts; a cancel "
         "after the report) are left out of the total's sent and reported.",

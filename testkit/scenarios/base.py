@@ -15,6 +15,22 @@ T = TypeVar("T")
 TERMINAL = ("DELIVERED", "UNDELIVERABLE")
 RESTART_WORDS = "server stopped while this rollout was in flight"
 
+#: Whether retrying the rollout could succeed, by failure category, as docs/architecture.md's
+#: table defines it (written out here, not read from the kit, so the matrix checks the kit).
+RETRYABLE = {
+    "agent_error": False,
+    "timeout": True,
+    "cancelled": False,
+    "invalid_result": False,
+    "infrastructure": True,
+    "worker_lost": True,
+    "never_started": True,
+}
+#: The categories that are the agent's own outcome: every other carries no reward.
+AGENTS_OWN = frozenset({"agent_error", "invalid_result"})
+#: What a row's category column counts for a final response that carries no failure.
+NO_FAILURE = "none"
+
 Say = Callable[[str], None]
 
 
@@ -118,6 +134,15 @@ class Delivery:
         return f"{self.rollout_id}: POSTs [{shown}], runs {self.runs}"
 
 
+def failure_in(body: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The failure a final response carries, read from the wire shape TrainGate receives:
+    ``extra_fields["rollout_sdk"]["failure"]`` (None when it carries none)."""
+    extra = (body or {}).get("extra_fields")
+    kit = extra.get("rollout_sdk") if isinstance(extra, dict) else None
+    failure = kit.get("failure") if isinstance(kit, dict) else None
+    return failure if isinstance(failure, dict) else None
+
+
 def delivery(standin: TrainGateStandIn, rollout_id: str) -> Delivery:
     """``rollout_id``'s final-response POSTs as TrainGate saw them."""
     calls = sorted(standin.calls_for("completed", rollout_id), key=lambda c: c.arrived)
@@ -144,6 +169,9 @@ class Row:
     #: What the scenario counted beyond the columns, by name (the tests assert these; the
     #: measured cell prints them).
     counts: Counter[str] = field(default_factory=Counter)
+    #: The failure category of each final response TrainGate received (``NO_FAILURE`` for one
+    #: that carries none): the table's category column.
+    categories: Counter[str] = field(default_factory=Counter)
 
     @property
     def ok(self) -> bool:
@@ -174,6 +202,50 @@ class Row:
                 self.fail(f"duplicated: {item.describe()}, {item.distinct_bodies} bodies")
             self.resent += item.resent_after_lost_ack
 
+    def check_failure(
+        self,
+        item: Delivery,
+        category: str | None,
+        *,
+        attempt: int = 1,
+        shown: dict[str, Any] | None = None,
+    ) -> None:
+        """The final response TrainGate received for ``item`` carries the failure ``category``
+        (None: no failure at all), with the category's ``retryable``, ``attempt`` (the worker's
+        claim: 0 for a rollout settled before any worker claimed it) and a null reward unless
+        the category is the agent's own; counted in :attr:`categories`. ``shown`` is the
+        rollout's status (GET /v1/rollout/{id}), when there is one: its ``failure`` must be the
+        one TrainGate received."""
+        body = item.body
+        if body is None:
+            return  # not reported: counted lost
+        rid = item.rollout_id
+        failure = failure_in(body)
+        got = None if failure is None else str(failure.get("category"))
+        self.categories[got or NO_FAILURE] += 1
+        if not self.check(got == category, f"{rid}: failure category {got}, expected {category}"):
+            return
+        if failure is not None and category is not None:
+            self.check(
+                failure.get("retryable") is RETRYABLE[category]
+                and failure.get("attempt") == attempt
+                and set(failure) == {"category", "retryable", "attempt"},
+                f"{rid}: failure {failure}, expected retryable {RETRYABLE[category]}, "
+                f"attempt {attempt}",
+            )
+            if category not in AGENTS_OWN:
+                self.check(
+                    body.get("reward") is None,
+                    f"{rid}: reward {body.get('reward')} on a failure of category {category}, "
+                    "expected null",
+                )
+        if shown is not None:
+            self.check(
+                shown.get("failure") == failure,
+                f"{rid}: the status endpoint shows failure {shown.get('failure')}, TrainGate "
+                f"received {failure}",
+            )
+
     def summary(self) -> str:
         """The row and its failures, for an assertion message."""
         head = (
@@ -199,6 +271,16 @@ def spread(values: Iterable[float | int]) -> str:
 
 def tally(counter: Counter[str]) -> str:
     return ", ".join(f"{n} {k}" for k, n in counter.most_common()) or "none"
+
+
+def categories_cell(counter: Counter[str]) -> str:
+    """The category column: ``-`` when the row counted no final response, ``none`` when none
+    carried a failure, else the count of each category (``none`` included)."""
+    if not counter:
+        return "-"
+    if set(counter) == {NO_FAILURE}:
+        return NO_FAILURE
+    return tally(counter)
 
 
 @dataclass(frozen=True)

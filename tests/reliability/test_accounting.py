@@ -4,14 +4,17 @@ runner fails. No server: calls are built by hand."""
 from __future__ import annotations
 
 import itertools
+from collections import Counter
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rollout_sdk.testing.standin import ACK_LOST, FAILED, OK, REFUSED, Call
 from testkit.report import render, run_report, totals
-from testkit.scenarios.base import FAST, Delivery, Row
+from testkit.scenarios.base import FAST, Delivery, Row, categories_cell
 from testkit.scenarios.control import check_last_turn
 
 _clock = itertools.count(1)
@@ -120,19 +123,26 @@ def test_the_total_leaves_out_rows_that_count_other_rows_rollouts() -> None:
 def test_the_table_has_every_column_and_marks_a_failed_row() -> None:
     good, bad = Row("fault a", "expected a", "measured a"), Row("fault b", "expected b")
     good.count([deliver(call(OK))])
+    good.check_failure(deliver(call(OK)), None)
     bad.count([deliver(call(FAILED, 503))])
+    lost = Row("fault c", "expected c", "measured c")
+    lost.count([deliver(failed("worker_lost", retryable=True))])
+    lost.check_failure(deliver(failed("worker_lost", retryable=True)), "worker_lost")
     text = render(
-        [good, bad],
+        [good, bad, lost],
         command="python -m bench.reliability",
         scale=FAST,
         seconds=1.0,
         when=datetime(2026, 1, 2, tzinfo=UTC),
     )
     assert (
-        "| Fault | Expected outcome | Measured outcome | Sent | Reported | Lost | Duplicated "
-        "| Re-sent after lost ack |"
+        "| Fault | Expected outcome | Measured outcome | Category | Sent | Reported | Lost "
+        "| Duplicated | Re-sent after lost ack |"
     ) in text
-    assert "| fault a | expected a | measured a | 1 | 1 | 0 | 0 | 0 |" in text
+    assert "| fault a | expected a | measured a | none | 1 | 1 | 0 | 0 | 0 |" in text
+    assert "| fault b | expected b | **FAIL** : lost: r: POSTs [failed:503], runs 1 | - |" in text
+    assert "| fault c | expected c | measured c | 1 worker_lost | 1 | 1 | 0 | 0 | 0 |" in text
+    assert "| FAIL (1 rows) | failures: 1 worker_lost | 3 | 2 | 1 | 0 | 0 |" in text
     assert "**FAIL**" in text and "FAIL (1 rows)" in text
     assert "`python -m bench.reliability`" in text and "2026-01-02" in text
 
@@ -145,6 +155,57 @@ def test_the_runner_exits_non_zero_when_a_row_fails(tmp_path: Path, lost: bool, 
     done = run_report(FAST, out=out, command="c", matrix=lambda scale, say: [row])
     assert done == code
     assert ("**PASS**" in out.read_text()) is not lost
+
+
+def failed(category: str, *, retryable: bool, reward: float | None = None, **extra: Any) -> Call:
+    """A completed-endpoint call TrainGate took, carrying an ERROR of ``category``."""
+    base = call(OK, body="ERROR")
+    failure = {"category": category, "retryable": retryable, "attempt": 1, **extra}
+    body = {**(base.body or {}), "reward": reward}
+    body["extra_fields"] = {"rollout_sdk": {"failure": failure}}
+    return replace(base, body=body)
+
+
+def test_the_category_traingate_received_is_checked_and_counted() -> None:
+    row = Row("f", "e")
+    row.check_failure(deliver(failed("worker_lost", retryable=True)), "worker_lost")
+    row.check_failure(deliver(call(OK)), None)
+    unclaimed = failed("never_started", retryable=True, attempt=0)
+    row.check_failure(deliver(unclaimed), "never_started", attempt=0)
+    assert row.ok, row.failures
+    assert row.categories == Counter({"worker_lost": 1, "none": 1, "never_started": 1})
+    assert categories_cell(row.categories) == "1 worker_lost, 1 none, 1 never_started"
+    assert categories_cell(Counter({"none": 3})) == "none"
+    assert categories_cell(Counter()) == "-"
+
+
+@pytest.mark.parametrize(
+    ("received", "expected", "wrong"),
+    [
+        (failed("infrastructure", retryable=True), "worker_lost", "failure category"),
+        (call(OK), "timeout", "failure category None"),
+        (failed("timeout", retryable=True), None, "failure category timeout"),
+        (failed("timeout", retryable=False), "timeout", "expected retryable True"),
+        (failed("cancelled", retryable=False, attempt=2), "cancelled", "attempt 1"),
+        (failed("never_started", retryable=True, reward=0.0), "never_started", "reward 0.0"),
+    ],
+    ids=["other-category", "none", "unexpected", "retryable", "attempt", "reward"],
+)
+def test_a_wrong_failure_fails_the_row(received: Call, expected: str | None, wrong: str) -> None:
+    row = Row("f", "e")
+    row.check_failure(deliver(received), expected)
+    assert not row.ok
+    assert wrong in row.failures[0], row.failures
+
+
+def test_an_agents_own_error_may_keep_its_reward_and_the_status_endpoint_must_agree() -> None:
+    row = Row("f", "e")
+    agents = deliver(failed("agent_error", retryable=False, reward=0.0))
+    shown = {"failure": {"category": "agent_error", "retryable": False, "attempt": 1}}
+    row.check_failure(agents, "agent_error", shown=shown)
+    assert row.ok, row.failures
+    row.check_failure(agents, "agent_error", shown={"failure": None})
+    assert not row.ok and "status endpoint" in row.failures[0]
 
 
 def turn(messages: list[dict[str, str]], outcome: str = OK) -> Call:
