@@ -82,6 +82,7 @@ def run_aws_duplicate_deliveries(rig: AwsRig, scale: Scale, say: Say = quiet) ->
     for item in items:
         row.check(item.attempts == 1 and item.runs == 1, f"{item.describe()}: not once")
         row.check((item.body or {}).get("status") == "COMPLETED", f"{item.rollout_id}: status")
+        row.check_failure(item, None)
     row.measured = f"deliveries: {tally(outcomes)}; runs {spread(i.runs for i in items)} each"
     say(f"   {row.measured}")
     return row
@@ -118,6 +119,7 @@ def run_aws_identical_inits(rig: AwsRig, scale: Scale, say: Say = quiet, inits: 
     row.count(items)
     for item in items:
         row.check(item.attempts == 1 and item.runs == 1, f"{item.describe()}: not once")
+        row.check_failure(item, None)
     row.measured = (
         f"{len(ids) * inits} inits, all 202 with one body per rollout; {dispatched_total} worker "
         f"events dispatched, 1 ran per rollout"
@@ -144,7 +146,8 @@ def run_aws_worker_deaths(rig: AwsRig, scale: Scale, say: Say = quiet) -> list[R
             Row(
                 "AWS: worker process SIGKILLed mid-run; on-failure destination "
                 "(handler.worker_failed)",
-                "ERROR naming the failure, once, when the lease runs out; not run again",
+                "ERROR naming the failure, category worker_lost, reward null; once, when the lease "
+                "runs out; not run again",
             ),
             finished=False,
             by_destination=True,
@@ -152,7 +155,8 @@ def run_aws_worker_deaths(rig: AwsRig, scale: Scale, say: Say = quiet) -> list[R
         _Death(
             Row(
                 "AWS: worker process SIGKILLed mid-run; the event redelivered",
-                "ERROR naming the failure, once, when the lease runs out; not run again",
+                "ERROR naming the failure, category worker_lost, reward null; once, when the lease "
+                "runs out; not run again",
             ),
             finished=False,
             by_destination=False,
@@ -243,6 +247,8 @@ def run_aws_worker_deaths(rig: AwsRig, scale: Scale, say: Say = quiet) -> list[R
                 record is not None and record.state.value == "DELIVERED",
                 f"{rid}: record {record.state if record else None}; handler said {results[rid]}",
             )
+            # A record RUNNING when its worker died is settled as a worker lost.
+            row.check_failure(item, None if death.finished else "worker_lost")
             if death.finished:
                 row.check(
                     body.get("status") == "COMPLETED" and body.get("reward") == 1.0,
@@ -263,6 +269,58 @@ def run_aws_worker_deaths(rig: AwsRig, scale: Scale, say: Say = quiet) -> list[R
         )
     say(f"   {deaths[0].row.measured}")
     return [d.row for d in deaths]
+
+
+def run_aws_aged_out(rig: AwsRig, scale: Scale, say: Say = quiet) -> Row:
+    """Worker events that aged out in Lambda's queue: the on-failure destination gets an
+    ``EventAgeExceeded`` record (no response payload: nothing ran) for a rollout still ACCEPTED,
+    and reports it once; the event arriving late runs nothing."""
+    row = Row(
+        "AWS: the worker event aged out in Lambda's queue (EventAgeExceeded); on-failure "
+        "destination",
+        "ERROR naming EventAgeExceeded, category never_started, reward null; once; never run, "
+        "not even by the event arriving late",
+    )
+    tag = secrets.token_hex(3)
+    ids = [f"awsaged-{tag}-{n:02d}" for n in range(scale.aws_deaths)]
+    events = {rid: _accepted(rig, row, rid) for rid in ids}
+    failures: dict[str, Any] = {}
+    for rid, event in events.items():
+        failures[rid] = failure_record(event, "EventAgeExceeded")
+        failures[rid].pop("responsePayload", None)  # Lambda never invoked the function
+    settled = {
+        rid: rig.failed(failure, env=i).result(60)
+        for i, (rid, failure) in enumerate(failures.items())
+    }
+    # Afterwards: the event delivered late, and the failure record again, send nothing.
+    late: Counter[str] = Counter()
+    for index, rid in enumerate(ids):
+        late[str(rig.worker(events[rid], env=index).result(60).get("status"))] += 1
+        rig.failed(failures[rid], env=index).result(60)
+    time.sleep(0.5)
+    items = [delivery(rig.standin, rid) for rid in ids]
+    row.count(items)
+    for item in items:
+        rid = item.rollout_id
+        body = item.body or {}
+        row.check(item.attempts == 1, f"{item.describe()}: expected one POST")
+        row.check(
+            settled[rid].get("state") == "DELIVERED", f"{rid}: the destination said {settled[rid]}"
+        )
+        row.check(
+            body.get("status") == "ERROR" and "EventAgeExceeded" in str(body.get("error_message")),
+            f"{rid}: {body.get('status')} {body.get('error_message')!r}",
+        )
+        row.check_failure(item, "never_started", attempt=0)  # no worker ever claimed it
+        row.check(item.runs == 0 and not rig.standin.calls_for("chat", rid), f"{rid}: it ran")
+    row.check(late == {"skipped": len(ids)}, f"the late events: {dict(late)}")
+    row.measured = (
+        f"{tally(Counter(str((i.body or {}).get('status')) for i in items))}, received once "
+        f"{sum(i.received == 1 for i in items)}/{len(items)}; late events {tally(late)}; "
+        f"chat calls {sum(len(rig.standin.calls_for('chat', r)) for r in ids)}"
+    )
+    say(f"   {row.measured}")
+    return row
 
 
 def run_aws_parked_redrive(rig: AwsRig, scale: Scale, say: Say = quiet) -> Row:
@@ -295,6 +353,7 @@ def run_aws_parked_redrive(rig: AwsRig, scale: Scale, say: Say = quiet) -> Row:
     row.count(items)
     for item in items:
         row.check(item.attempts == 4, f"{item.describe()}: expected 3 failures and 1 delivery")
+        row.check_failure(item, None)
         record = rig.record(item.rollout_id)
         row.check(
             record is not None and record.state.value == "DELIVERED" and record.sealed_key is None,
@@ -324,8 +383,8 @@ def run_aws_deadline(rig: AwsRig, scale: Scale, say: Say = quiet) -> Row:
     row = Row(
         f"AWS: a slow agent with {margin + budget:g} s of Lambda time left "
         f"(DEADLINE_MARGIN_SECONDS={margin:g})",
-        'stopped before the time runs out; ERROR "timeout" with the conversation as of the '
-        "last completed turn",
+        'stopped before the time runs out; ERROR "timeout", category timeout, reward null, '
+        "with the conversation as of the last completed turn",
     )
     tag = secrets.token_hex(3)
     ids = [f"awsslow-{tag}-{n:02d}" for n in range(scale.aws_deadlines)]
@@ -356,6 +415,7 @@ def run_aws_deadline(rig: AwsRig, scale: Scale, say: Say = quiet) -> Row:
             (body.get("status"), body.get("finish_reason")) == ("ERROR", "timeout"),
             f"{item.rollout_id}: {body.get('status')} {body.get('finish_reason')}",
         )
+        row.check_failure(item, "timeout")
         row.counts["as of the last turn"] += check_last_turn(
             row, item.rollout_id, body, rig.standin.calls_for("chat", item.rollout_id)
         )

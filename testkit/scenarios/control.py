@@ -38,11 +38,11 @@ from testkit.scenarios.waits import (
 async def _cancel(rig: LocalRig, scale: Scale, say: Say) -> list[Row]:
     running_row = Row(
         "local: cancel a running rollout (POST /v1/rollout/{id}/cancel)",
-        'stops before its next turn; reported once, ERROR "cancelled"',
+        'stops before its next turn; reported once, ERROR "cancelled", category cancelled',
     )
     queued_row = Row(
         "local: cancel a rollout not started yet (queued)",
-        'reported at once, ERROR "cancelled"; never run',
+        'reported at once, ERROR "cancelled", category cancelled; never run',
     )
     finished_row = Row(
         "local: cancel a rollout that already has its final response",
@@ -54,6 +54,7 @@ async def _cancel(rig: LocalRig, scale: Scale, say: Say) -> list[Row]:
     running_ids: list[str] = []
     queued_ids: list[str] = []
     conflicts = 0
+    records: dict[str, dict[str, Any] | None] = {}
     async with rig.client() as client:
         unknown = await client.post(path_of(f"never-{tag}") + "/cancel")
         queued_row.check(unknown.status_code == 404, f"unknown id: {unknown.status_code}")
@@ -91,7 +92,7 @@ async def _cancel(rig: LocalRig, scale: Scale, say: Say) -> list[Row]:
             await wait_reported(
                 rig.standin, running + queued, within=30, label="cancelled", say=quiet
             )
-            await wait_terminal(client, running + queued, within=10)
+            records.update(await wait_terminal(client, running + queued, within=10))
             for rid in running + queued:
                 again = await client.post(path_of(rid) + "/cancel")
                 if finished_row.check(
@@ -113,6 +114,13 @@ async def _cancel(rig: LocalRig, scale: Scale, say: Say) -> list[Row]:
             row.check(
                 (body.get("status"), body.get("finish_reason")) == ("ERROR", "cancelled"),
                 f"{item.rollout_id}: {body.get('status')} {body.get('finish_reason')}",
+            )
+            # Cancelled while queued, the record was settled unclaimed: attempt 0.
+            row.check_failure(
+                item,
+                "cancelled",
+                attempt=1 if row is running_row else 0,
+                shown=records.get(item.rollout_id),
             )
             row.check(item.attempts == 1, f"{item.describe()}: not one callback")
     for rid, extra in zip(running_ids, turns_after, strict=True):
@@ -204,7 +212,7 @@ async def _backpressure(rig: LocalRig, scale: Scale, say: Say) -> Row:
         finally:
             sampler.cancel()
             await asyncio.gather(sampler, return_exceptions=True)
-        await wait_terminal(client, ids, within=10)
+        records = await wait_terminal(client, ids, within=10)
         await asyncio.sleep(1.5)
     items = [delivery(rig.standin, rid) for rid in ids]
     row.count(items)
@@ -213,6 +221,7 @@ async def _backpressure(rig: LocalRig, scale: Scale, say: Say) -> Row:
         row.check(
             (item.body or {}).get("status") == "COMPLETED", f"{item.rollout_id}: not COMPLETED"
         )
+        row.check_failure(item, None, shown=records.get(item.rollout_id))
     row.check(refusals > 0, "no init was refused: the limits were never reached")
     row.check(peak <= limit, f"{peak} rollouts held at once, over the limit of {limit}")
     row.measured = (
@@ -246,8 +255,8 @@ async def _local_deadline(rig: LocalRig, scale: Scale, say: Say) -> Row:
     row = Row(
         "local: a slow agent past OSMOSIS_ROLLOUT_SERVER_REQUEST_TIMEOUT_SECONDS="
         f"{LOCAL_REQUEST_TIMEOUT:g}",
-        'stopped at the deadline; ERROR "timeout" with the conversation as of the last '
-        "completed turn; reported once",
+        'stopped at the deadline; ERROR "timeout", category timeout, reward null, with the '
+        "conversation as of the last completed turn; reported once",
     )
     tag = secrets.token_hex(3)
     ids = [f"late-{tag}-{i:02d}" for i in range(scale.control_running)]
@@ -266,7 +275,7 @@ async def _local_deadline(rig: LocalRig, scale: Scale, say: Say) -> Row:
         for rid in ids:
             first = min(c.answered for c in rig.standin.calls_for("completed", rid))
             took.append(first - started)
-        await wait_terminal(client, ids, within=10)
+        records = await wait_terminal(client, ids, within=10)
         await asyncio.sleep(1.5)
     items = [delivery(rig.standin, rid) for rid in ids]
     row.count(items)
@@ -278,6 +287,7 @@ async def _local_deadline(rig: LocalRig, scale: Scale, say: Say) -> Row:
             and "OSMOSIS_ROLLOUT_SERVER_REQUEST_TIMEOUT_SECONDS" in str(body.get("error_message")),
             f"{rid}: {body.get('status')} {body.get('finish_reason')} {body.get('error_message')}",
         )
+        row.check_failure(item, "timeout", shown=records.get(rid))
         row.check(
             LOCAL_REQUEST_TIMEOUT - 0.5 <= seconds <= LOCAL_REQUEST_TIMEOUT + 5,
             f"{rid}: reported {seconds:.1f} s after its init",

@@ -70,6 +70,7 @@ async def _identical_inits(
         row.check(
             (item.body or {}).get("status") == "COMPLETED", f"{item.rollout_id}: not COMPLETED"
         )
+        row.check_failure(item, None)
     row.measured = (
         f"{len(ids) * (inits_per_rollout + 1)} inits: {same_bodies}/{len(ids)} rollouts with "
         f"identical 202 bodies; runs {spread(i.runs for i in items)}, callbacks "
@@ -130,6 +131,7 @@ async def _conflicting_key(rig: LocalRig, scale: Scale) -> Row:
         ):
             row.counts["run"] += 1
         row.check(item.runs == 1 and item.attempts == 1, f"{item.describe()}: not once")
+        row.check_failure(item, None)
     row.measured = (
         f"{refusals}/{2 * len(ids)} conflicting inits answered 409 naming the fields; "
         f"{row.counts['stored']} stored and {row.counts['run']} run for them; the first "
@@ -176,6 +178,7 @@ async def _rollout_id_reused(rig: LocalRig, scale: Scale) -> Row:
     row.count(items)
     for item in items:
         row.check(item.runs == 1 and item.attempts == 1, f"{item.describe()}: not once")
+        row.check_failure(item, None)
     once = sum(i.runs == 1 and i.attempts == 1 for i in items)
     row.measured = (
         f"{refusals}/{2 * len(ids)} answered 409; first rollouts reported once {once}/{len(items)}"

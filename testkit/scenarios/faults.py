@@ -65,6 +65,8 @@ class Profile:
     retry_after: float | None = None
     backoff_status: int | None = None
     error_contains: str | None = None
+    #: The failure category the final response carries (None: no failure).
+    category: str | None = None
 
 
 def _hang(timeout: float) -> float:
@@ -93,11 +95,22 @@ PROFILES: tuple[Profile, ...] = (
     Profile(
         "chat-5xx-exhausted",
         "local, chat: 503 on all 4 attempts of a call (OSMOSIS_ROLLOUT_CLIENT_MAX_RETRIES=3)",
-        "ERROR naming the 503, reported once; not run again",
+        "ERROR naming the 503, category infrastructure, reward null; reported once; not run again",
         lambda i, t: [("chat", Fault(503, count=4))],
         status="ERROR",
         chat_attempts=4,
         error_contains="503",
+        category="infrastructure",
+    ),
+    Profile(
+        "chat-4xx",
+        "local, chat: a final 400 on a call (the agent's ctx.chat raises OsmosisValidationError)",
+        "not retried; ERROR naming the 400, category agent_error; reported once",
+        lambda i, t: [("chat", Fault(400))],
+        status="ERROR",
+        chat_attempts=1,
+        error_contains="400",
+        category="agent_error",
     ),
     Profile(
         "chat-429",
@@ -233,6 +246,7 @@ def _check_profile(
         body.get("status") == profile.status,
         f"{rid}: status {body.get('status')}, expected {profile.status}",
     )
+    row.check_failure(item, profile.category, shown=record)
     if profile.status == "COMPLETED":
         row.check(body.get("reward") == 1.0, f"{rid}: reward {body.get('reward')}, expected 1.0")
     if profile.error_contains is not None:

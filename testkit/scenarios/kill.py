@@ -70,6 +70,10 @@ async def _kill_restart(rig: LocalRig, scale: Scale, say: Say) -> list[Row]:
         "finished": "FINISHED",
         "queued": "ACCEPTED",
     }
+    # What each group's final response carries: the sweep settles a RUNNING record as a worker
+    # lost, an ACCEPTED one (never claimed: attempt 0) as never started; a stored response has
+    # none.
+    expected_category = {"running": "worker_lost", "queued": "never_started"}
     hang = 8.0
     rows = {
         "delivered": Row(
@@ -83,7 +87,8 @@ async def _kill_restart(rig: LocalRig, scale: Scale, say: Say) -> list[Row]:
         ),
         "running": Row(
             "local, SIGKILL + restart: rollouts mid-run at the kill",
-            "ERROR naming the restart, reported once by the start-up sweep; not run again",
+            "ERROR naming the restart, category worker_lost, reward null; reported once by the "
+            "start-up sweep; not run again",
         ),
         "finished": Row(
             "local, SIGKILL + restart: final response stored, callback in flight at the kill",
@@ -91,7 +96,8 @@ async def _kill_restart(rig: LocalRig, scale: Scale, say: Say) -> list[Row]:
         ),
         "queued": Row(
             "local, SIGKILL + restart: accepted, queued, not started at the kill",
-            "ERROR naming the restart, reported once; never run",
+            "ERROR naming the restart, category never_started (no worker claimed it), reward "
+            "null; reported once; never run",
         ),
     }
     async with rig.client() as client:
@@ -180,6 +186,12 @@ async def _kill_restart(rig: LocalRig, scale: Scale, say: Say) -> list[Row]:
             counts[f"reported {body.get('status')}"] += 1
             row.check(item.received == 1, f"{item.describe()}: received {item.received} times")
             record = records.get(rid)
+            row.check_failure(
+                item,
+                expected_category.get(name),
+                attempt=0 if name == "queued" else 1,  # never claimed
+                shown=record,
+            )
             row.check(
                 record is not None and record["state"] == "DELIVERED",
                 f"{rid}: record {record['state'] if record else 'absent'}",

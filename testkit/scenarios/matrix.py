@@ -13,6 +13,7 @@ from testkit.rigs import (
     fault_env,
 )
 from testkit.scenarios.aws import (
+    run_aws_aged_out,
     run_aws_deadline,
     run_aws_duplicate_deliveries,
     run_aws_identical_inits,
@@ -75,6 +76,7 @@ def run_matrix(scale: Scale, *, say: Say = quiet) -> list[Row]:
         rows.append(run_aws_duplicate_deliveries(aws, scale, say))
         rows.append(run_aws_identical_inits(aws, scale, say))
         rows += run_aws_worker_deaths(aws, scale, say)
+        rows.append(run_aws_aged_out(aws, scale, say))
         rows.append(run_aws_parked_redrive(aws, scale, say))
         rows.append(run_aws_deadline(aws, scale, say))
     return rows

@@ -6,6 +6,7 @@ import pytest
 
 from testkit.rigs import AwsRig
 from testkit.scenarios.aws import (
+    run_aws_aged_out,
     run_aws_deadline,
     run_aws_duplicate_deliveries,
     run_aws_identical_inits,
@@ -24,12 +25,14 @@ def test_a_worker_event_delivered_twice_at_once_and_again_later_runs_once(
     assert row.ok, row.summary()
     assert row.sent == row.reported == FAST.aws_deliveries
     assert "1 done, 1 skipped, 1 late skipped" in row.measured
+    assert row.categories == {"none": row.sent}
 
 
 def test_identical_inits_across_environments_run_once(aws_rig: AwsRig) -> None:
     row = run_aws_identical_inits(aws_rig, FAST)
     assert row.ok, row.summary()
     assert row.sent == row.reported == FAST.aws_init_rollouts
+    assert row.categories == {"none": row.sent}
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +54,16 @@ def test_a_killed_worker_is_reported_once_and_not_run_again(deaths: list[Row], i
     row = deaths[index]
     assert row.ok, row.summary()
     assert row.sent == row.reported == FAST.aws_deaths
+    # Mid-run (the record RUNNING): a worker lost; after storing its response: no failure.
+    assert row.categories == {("worker_lost" if index < 2 else "none"): FAST.aws_deaths}
+
+
+def test_an_event_that_aged_out_is_reported_once_as_never_started(aws_rig: AwsRig) -> None:
+    row = run_aws_aged_out(aws_rig, FAST)
+    assert row.ok, row.summary()
+    assert row.sent == row.reported == FAST.aws_deaths
+    assert row.categories == {"never_started": FAST.aws_deaths}
+    assert "late events 1 skipped" in row.measured
 
 
 def test_a_parked_response_is_redriven_once_even_by_two_redrives_at_once(
@@ -59,6 +72,7 @@ def test_a_parked_response_is_redriven_once_even_by_two_redrives_at_once(
     row = run_aws_parked_redrive(aws_rig, FAST)
     assert row.ok, row.summary()
     assert row.sent == row.reported == FAST.aws_parked
+    assert row.categories == {"none": row.sent}
 
 
 def test_a_slow_agent_is_stopped_before_the_lambda_time_runs_out(aws_rig: AwsRig) -> None:
@@ -66,3 +80,4 @@ def test_a_slow_agent_is_stopped_before_the_lambda_time_runs_out(aws_rig: AwsRig
     assert row.ok, row.summary()
     assert row.sent == row.reported == FAST.aws_deadlines
     assert "timeout" in row.measured
+    assert row.categories == {"timeout": FAST.aws_deadlines}

@@ -23,6 +23,7 @@ def test_a_running_rollout_stops_before_its_next_turn_and_is_reported_once(
     row = cancelled[0]
     assert row.ok, row.summary()
     assert row.sent == row.reported == FAST.control_running * FAST.cancel_rounds
+    assert row.categories == {"cancelled": row.sent}
 
 
 def test_a_queued_rollout_is_reported_cancelled_without_running(cancelled: list[Row]) -> None:
@@ -30,6 +31,7 @@ def test_a_queued_rollout_is_reported_cancelled_without_running(cancelled: list[
     assert row.ok, row.summary()
     assert row.sent == row.reported == FAST.control_queued * FAST.cancel_rounds
     assert row.counts["chat calls"] == 0
+    assert row.categories == {"cancelled": row.sent}
     assert row.counts["unknown id 404"] == 1
 
 
@@ -48,6 +50,7 @@ def test_excess_inits_get_429_with_retry_after_and_every_rollout_is_reported_onc
     assert row.ok, row.summary()
     assert row.sent == row.reported == FAST.backpressure
     assert "x 429" in row.measured and not row.measured.startswith("0 x")
+    assert row.categories == {"none": row.sent}
 
 
 def test_a_rollout_past_the_request_timeout_is_stopped_and_reported_once_as_timeout(
@@ -58,3 +61,4 @@ def test_a_rollout_past_the_request_timeout_is_stopped_and_reported_once_as_time
     assert row.ok, row.summary()
     assert row.sent == row.reported == FAST.control_running
     assert row.measured.startswith(f"{FAST.control_running} timeout")
+    assert row.categories == {"timeout": row.sent}

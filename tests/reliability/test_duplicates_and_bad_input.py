@@ -26,6 +26,7 @@ def test_fifty_identical_inits_give_one_run_one_callback_and_identical_bodies(
     assert f"{FAST.duplicate_rollouts}/{FAST.duplicate_rollouts} rollouts with identical" in (
         row.measured
     )
+    assert row.categories == {"none": row.sent}
 
 
 def test_a_reused_key_with_a_different_request_is_409_naming_the_fields(
@@ -34,6 +35,7 @@ def test_a_reused_key_with_a_different_request_is_409_naming_the_fields(
     row = duplicates[1]
     assert row.ok, row.summary()
     assert row.measured.startswith(f"{2 * FAST.conflicts}/{2 * FAST.conflicts} conflicting")
+    assert row.categories == {"none": row.sent}
 
 
 def test_a_reused_rollout_id_under_another_key_is_409_live_and_after(
@@ -42,6 +44,7 @@ def test_a_reused_rollout_id_under_another_key_is_409_live_and_after(
     row = duplicates[2]
     assert row.ok, row.summary()
     assert row.measured.startswith(f"{2 * FAST.conflicts}/{2 * FAST.conflicts} answered 409")
+    assert row.categories == {"none": row.sent}
 
 
 def test_bad_input_is_refused_with_the_right_4xx_and_nothing_is_stored_or_run(
@@ -51,3 +54,4 @@ def test_bad_input_is_refused_with_the_right_4xx_and_nothing_is_stored_or_run(
     assert row.ok, row.summary()
     assert row.sent == 17
     assert row.reported == 0
+    assert not row.categories  # no final response: the column shows "-"

@@ -27,6 +27,8 @@ def test_every_rollout_is_reported_once_with_the_outcome_its_fault_calls_for(
     n = FAST.per_profile
     assert (row.sent, row.reported, row.lost, row.duplicated) == (n, n, 0, 0), row.summary()
     assert row.resent == profile.resent * n, row.summary()
+    # Counted from what the stand-in received: one category for the whole row.
+    assert row.categories == {profile.category or "none": n}, row.summary()
 
 
 def _outcomes(rig: LocalRig, row: Row, endpoint: str) -> set[tuple[str, int | None]]:
@@ -45,6 +47,7 @@ def test_the_stand_in_really_answered_with_each_fault(
     assert ("failed", 429) in _outcomes(fault_rig, mix["chat-429"], "chat")
     assert ("failed", None) in _outcomes(fault_rig, mix["chat-drop"], "chat")
     assert ("failed", None) in _outcomes(fault_rig, mix["chat-timeout"], "chat")
+    assert _outcomes(fault_rig, mix["chat-4xx"], "chat") == {("refused", 400)}
     assert ("failed", 500) in _outcomes(fault_rig, mix["cb-5xx"], "completed")
     assert ("failed", None) in _outcomes(fault_rig, mix["cb-drop"], "completed")
     assert ("ack_lost", None) in _outcomes(fault_rig, mix["cb-lost-ack"], "completed")

@@ -49,3 +49,8 @@ def test_in_flight_rollouts_without_a_response_are_errors_and_stored_ones_are_se
     assert rows["queued"].counts["reported ERROR"] == 2
     assert rows["finished"].counts["reported COMPLETED"] == 2
     assert rows["parked"].counts["reported COMPLETED"] == 2
+    # A RUNNING record swept at the restart lost its worker; an ACCEPTED one never started.
+    assert rows["running"].categories == {"worker_lost": 2}
+    assert rows["queued"].categories == {"never_started": 2}
+    for group in ("delivered", "parked", "finished"):
+        assert rows[group].categories == {"none": 2}
