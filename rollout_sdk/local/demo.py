@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from rollout_sdk.testing.standin import TrainGateStandIn
 
 POLL_SECONDS = 0.05
+#: How the summary counts an ERROR that carries no failure category.
+UNCATEGORIZED = "uncategorized"
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,19 @@ class DemoResult:
     def first_bodies(self) -> list[dict[str, Any]]:
         return [self.callbacks[r][0] for r in self.expected if self.callbacks.get(r)]
 
+    @property
+    def error_categories(self) -> Counter[str]:
+        """The ERRORs TrainGate received, by the failure category each carries
+        (``extra_fields.rollout_sdk.failure``; ``uncategorized`` when it carries none)."""
+        from rollout_sdk.engine.responses import failure_of
+
+        counted: Counter[str] = Counter()
+        for body in self.first_bodies():
+            if body.get("status") == "ERROR":
+                failure = failure_of(body)
+                counted[str(failure.get("category")) if failure else UNCATEGORIZED] += 1
+        return counted
+
 
 async def _post_inits(
     *,
@@ -271,6 +286,16 @@ def _fmt_ms(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:.1f}"
 
 
+def _category_lines(categories: Counter[str]) -> list[str]:
+    """``errors by category`` and a count per category, most first (``none`` when no ERROR)."""
+    if not categories:
+        return [f"  {'errors by category':<24}{'none':>10}"]
+    ranked = sorted(categories.items(), key=lambda item: (-item[1], item[0]))
+    return ["  errors by category"] + [
+        f"    {category:<22}{count:>10}" for category, count in ranked
+    ]
+
+
 def format_summary(result: DemoResult, *, title: str) -> str:
     """The summary table printed to stdout."""
     bodies = result.first_bodies()
@@ -286,6 +311,7 @@ def format_summary(result: DemoResult, *, title: str) -> str:
         f"  {'rollouts':<24}{len(result.expected):>10}",
         f"  {'COMPLETED':<24}{result.statuses['COMPLETED']:>10}",
         f"  {'ERROR':<24}{result.statuses['ERROR']:>10}",
+        *_category_lines(result.error_categories),
         f"  {'missing':<24}{result.statuses['missing']:>10}",
         f"  {'duplicates received':<24}{result.duplicates:>10}",
     ]
@@ -322,7 +348,8 @@ def format_summary(result: DemoResult, *, title: str) -> str:
         if result.duplicates:
             why.append(f"{result.duplicates} duplicate callbacks")
         if result.statuses["ERROR"]:
-            why.append(f"{result.statuses['ERROR']} ERROR")
+            by = ", ".join(f"{n} {c}" for c, n in result.error_categories.most_common())
+            why.append(f"{result.statuses['ERROR']} ERROR ({by})")
         if result.init_failures:
             why.append(f"{sum(result.init_failures.values())} inits not accepted")
         if result.unexpected:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -39,6 +40,7 @@ def test_demo_runs_the_dataset_and_prints_the_summary(store: str) -> None:
     assert _count("ERROR", out) == 0
     assert _count("missing", out) == 0
     assert _count("duplicates received", out) == 0
+    assert re.search(r"^\s+errors by category\s+none\s*$", out, re.MULTILINE), out
     # The scripted model answers every 7th rollout (by id hash) off by one.
     reward = re.search(r"mean reward\s+([0-9.]+)", out)
     assert reward and 0.5 < float(reward.group(1)) < 1.0, out
@@ -50,6 +52,58 @@ def test_demo_runs_the_dataset_and_prints_the_summary(store: str) -> None:
     # stderr is not a terminal here: progress comes as whole lines, ending at 100%.
     assert f"rollouts reported: {rows}/{rows} (100%)" in result.stderr
     assert "\r" not in result.stderr
+
+
+FAILING_AGENT = """
+from rollout_sdk import OpenAIFunctionSchema, OpenAIFunctionToolSchema, RolloutAgentLoop
+
+
+class Failing(RolloutAgentLoop):
+    name = "failing"
+
+    def get_tools(self, request):
+        return [OpenAIFunctionToolSchema(function=OpenAIFunctionSchema(
+            name="noop", description="Does nothing"))]
+
+    async def run(self, ctx):
+        how = ctx.request.metadata.get("fail")
+        if how == "raise":
+            raise RuntimeError("the agent broke")
+        # A NaN reward: a result the protocol cannot carry.
+        reward = float("nan") if how == "nan" else 1.0
+        return ctx.complete(list(ctx.request.messages), reward=reward)
+
+
+agent_loop = Failing()
+"""
+
+
+def test_demo_counts_errors_by_the_category_each_carries(tmp_path: Path) -> None:
+    (tmp_path / "failing_agent.py").write_text(FAILING_AGENT)
+    dataset = tmp_path / "rows.jsonl"
+    rows = ["raise", "raise", "raise", "nan", None]
+    dataset.write_text(
+        "".join(
+            json.dumps({"messages": [{"role": "user", "content": "hi"}], "metadata": {"fail": f}})
+            + "\n"
+            for f in rows
+        )
+    )
+    result = run_cli(
+        "demo",
+        "--agent",
+        "failing_agent:agent_loop",
+        "--dataset",
+        str(dataset),
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    out = result.stdout
+    assert (_count("COMPLETED", out), _count("ERROR", out)) == (1, 4)
+    assert re.search(r"^\s+errors by category\s*$", out, re.MULTILINE), out
+    assert (_count("agent_error", out), _count("invalid_result", out)) == (3, 1)
+    assert "FAILED: 4 ERROR (3 agent_error, 1 invalid_result)" in out
 
 
 def test_demo_names_the_file_and_line_of_a_bad_row(tmp_path: Path) -> None:
