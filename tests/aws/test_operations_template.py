@@ -16,6 +16,8 @@ from typing import Any
 
 from rollout_sdk.errors import FailureCategory
 
+from .conftest import ROOT
+
 #: The kit's metrics (namespace RolloutSDK) and the dimensions each is emitted with, as agreed
 #: for issue 12: every metric carries Function and HandOff; RolloutsFinished also Status and
 #: Category. Powertools Metrics adds ``service`` to each (POWERTOOLS_SERVICE_NAME is set), which
@@ -427,3 +429,18 @@ def test_the_dashboard_parses_and_names_only_emitted_metrics(template: dict[str,
         assert ("RolloutDeadLetterQueue" in text) is queue
         assert ("<QueueWorkerFunction>" in text) is queue
         assert ("<WorkerFunction>" in text) is not queue
+
+
+def test_every_alarm_links_a_section_of_the_operations_doc(template: dict[str, Any]) -> None:
+    doc = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    # GitHub's heading anchors: lowercase, punctuation dropped, spaces to hyphens.
+    anchors = {
+        re.sub(r"[^a-z0-9 -]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+        for line in doc.splitlines()
+        if line.startswith("#")
+    }
+    for name, resource in resources(template, "AWS::CloudWatch::Alarm").items():
+        description = json.dumps(resource["Properties"]["AlarmDescription"])
+        (anchor,) = re.findall(r"docs/operations\.md#([a-z0-9-]+)", description)
+        assert anchor in anchors, f"{name} links #{anchor}, which docs/operations.md lacks"
+        assert f"`{name}`" in doc, f"docs/operations.md does not describe {name}"
