@@ -46,9 +46,10 @@ def say(config: pytest.Config, line: str) -> None:
         print(f"\ntests/cloud: {line}", flush=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def target(pytestconfig: pytest.Config) -> Iterator[Target]:
-    """The stack ``AWS_SAM_STACK_NAME`` names, else the local server (started here)."""
+    """The stack ``AWS_SAM_STACK_NAME`` names, else the local server (started here, stopped
+    when the suite ends)."""
     if STACK is not None:
         try:
             found = stack_target(STACK, os.environ, lambda line: say(pytestconfig, line))
