@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit load load-dynamodb bench reliability cost clean
+.PHONY: demo test test-cloud lint typecheck unit load load-dynamodb bench reliability cost clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed; set PYTHON=python3.11")'
@@ -28,6 +28,15 @@ unit: $(STAMP)
 
 test: lint typecheck template-check
 	$(BIN)/pytest -q
+
+# The deployed-stack suite, tests/cloud, against the stack AWS_SAM_STACK_NAME names, calling back
+# the TrainGate stand-in at CLOUD_SUITE_TRAINGATE_URL (reachable from Lambda) with its
+# CLOUD_SUITE_CALLBACK_KEY: docs/aws.md, "First deploy". It uses the shell's AWS credentials and
+# region, says which before its first AWS call, and runs without tests/conftest.py (which makes
+# every other test's AWS fake). `make test` runs the same suite against the local server.
+test-cloud: $(STAMP)
+	@test -n "$$AWS_SAM_STACK_NAME" || { echo "make test-cloud: set AWS_SAM_STACK_NAME to the deployed stack (docs/aws.md, 'First deploy'); make test runs tests/cloud against the local server" >&2; exit 2; }
+	$(BIN)/pytest -q --confcutdir=tests/cloud tests/cloud
 
 # The 300-rollout load on the local server (outside load driver, loopback only).
 load: $(STAMP)

@@ -29,6 +29,12 @@ def use_fake_aws(environ: MutableMapping[str, str] = os.environ) -> None:
     environ.update(FAKE_AWS)
 
 
+def is_fake_aws(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether ``environ`` is fake-AWS (:func:`use_fake_aws` ran on it): its credentials reach
+    no account."""
+    return all(environ.get(name) == value for name, value in FAKE_AWS.items())
+
+
 def fake_aws_env(
     extra: Mapping[str, str] | None = None,
     *,

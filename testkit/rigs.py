@@ -85,7 +85,8 @@ LOCAL_REQUEST_TIMEOUT = 4.0
 class LocalRig(StartStop):
     """A ``rollout-sdk serve`` subprocess (SQLite, in a fresh state folder; or with
     ``store="dynamodb"``, DynamoDB on a moto server of the rig's own, which outlives the
-    server's kills, through ``--dynamodb-endpoint``) serving the suite's agent, and a TrainGate
+    server's kills, through ``--dynamodb-endpoint``) serving the suite's agent (or ``agent``,
+    as ``module:attribute``), and a TrainGate
     stand-in on another loopback port. ``kill`` and ``restart`` run the same command again in the
     same folder, on the same port."""
 
@@ -96,10 +97,12 @@ class LocalRig(StartStop):
         name: str = "rig",
         keep_chat: bool = False,
         store: str = "sqlite",
+        agent: str = AGENT,
     ) -> None:
         self.env = env
         self.name = name
         self.store = store
+        self.agent = agent
         self.emulator: Any = None
         self.standin = TrainGateStandIn(callback_key=CALLBACK_KEY)
         #: Log chat bodies too (what a timed-out rollout's conversation is checked against).
@@ -133,7 +136,7 @@ class LocalRig(StartStop):
                 self.emulator = EmbeddedMoto().start()
                 extra = ["--dynamodb-endpoint", self.emulator.endpoint_url]
             self.server = ServerProcess(
-                agent=AGENT,
+                agent=self.agent,
                 store=self.store,
                 state_dir=self.state_dir,
                 server_key=SERVER_KEY,

@@ -3,7 +3,7 @@
 It serves TrainGate's two endpoints on loopback: ``/v1/chat/completions`` answers from a scripted
 model that solves ``a OP b`` questions with one ``calculate`` tool call and then a plain answer,
 and ``/v1/rollout/completed`` records every final response it receives (duplicates included, so
-tests can count them). Every call is logged with how it ended, so a test can tell a re-send after a
+tests can count them); ``GET /standin/rollouts/{rollout_id}`` reads that record back over HTTP. Every call is logged with how it ended, so a test can tell a re-send after a
 lost acknowledgement from a duplicate, and count agent runs per rollout. Faults can be injected per
 endpoint, and per rollout: an error status (with ``Retry-After``), a dropped connection, a delay
 (slowness, or a timeout when longer than the caller waits), a lost acknowledgement.
@@ -270,6 +270,21 @@ class TrainGateStandIn:
         ids = {c.run_id for c in calls if c.run_id is not None}
         return len(ids) + sum(1 for c in calls if c.run_id is None and c.first_turn and c.handled)
 
+    def observed(self, rollout_id: str) -> dict[str, Any]:
+        """What TrainGate saw of ``rollout_id``, as ``GET /standin/rollouts/{rollout_id}``
+        answers it: the final responses received (re-sends included), how each completed call
+        ended, and the chat calls answered and agent runs seen."""
+        with self._lock:
+            completions = list(self.completions.get(rollout_id, ()))
+            completed = [c.outcome for c in self._calls.get(("completed", rollout_id), ())]
+        return {
+            "rollout_id": rollout_id,
+            "completions": completions,
+            "completed_calls": completed,
+            "chat_calls": self.chat_count(rollout_id),
+            "runs": self.runs(rollout_id),
+        }
+
     def pending(self, endpoint: str, rollout_id: str) -> int:
         """Calls of ``endpoint`` for ``rollout_id`` received and not answered yet (hanging)."""
         with self._lock:
@@ -401,5 +416,14 @@ class TrainGateStandIn:
         @app.post("/v1/rollout/completed", response_model=None)
         async def completed(request: Request) -> Response | dict[str, Any]:
             return await handle("completed", request, record)
+
+        # Not TrainGate's: how a test that cannot share this process (the cloud suite, whose
+        # stand-in Lambda must reach over the internet) sees the callbacks. Guarded by the
+        # callback key like the two endpoints above.
+        @app.get("/standin/rollouts/{rollout_id}", response_model=None)
+        async def observed(rollout_id: str, request: Request) -> Response | dict[str, Any]:
+            if not self._authorised(request):
+                return JSONResponse({"detail": "bad callback key"}, 401)
+            return self.observed(rollout_id)
 
         return app

@@ -122,3 +122,41 @@ def test_release_ends_a_hang_at_once(standin: tuple[TrainGateStandIn, str]) -> N
     traingate.release()
     wait_idle(traingate, within=1.0)  # the hang ends within one 0.05 s step
     assert [c.outcome for c in traingate.calls_for("completed", "r1")] == [FAILED]
+
+
+def test_what_a_rollout_received_reads_back_over_http_with_the_callback_key() -> None:
+    traingate = TrainGateStandIn(callback_key="cb-key")
+    key = {"Authorization": "Bearer cb-key"}
+    with ServerThread(traingate.app, timeout_graceful_shutdown=1) as server:
+        url = f"{server.url}/standin/rollouts/r1"
+        assert httpx.get(url).status_code == 401
+        assert httpx.get(url, headers={"Authorization": "Bearer other"}).status_code == 401
+        nothing = httpx.get(url, headers=key).json()
+        assert nothing == {
+            "rollout_id": "r1",
+            "completions": [],
+            "completed_calls": [],
+            "chat_calls": 0,
+            "runs": 0,
+        }
+        assert traingate.reported() == 0  # reading creates no entry
+        httpx.post(f"{server.url}/v1/chat/completions", json=chat("r1", "a"), headers=key)
+        traingate.inject("completed", Fault(503, rollout_id="r1"))
+        for _ in range(2):
+            httpx.post(f"{server.url}/v1/rollout/completed", json=DONE, headers=key)
+        seen = httpx.get(url, headers=key).json()
+    assert seen["completions"] == [DONE]
+    assert seen["completed_calls"] == [FAILED, OK]
+    assert (seen["chat_calls"], seen["runs"]) == (1, 1)
+
+
+def test_the_stand_in_process_serves_other_machines_only_with_a_callback_key(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from testkit.standin_server import KEY_VARIABLE, main
+
+    monkeypatch.delenv(KEY_VARIABLE, raising=False)
+    with pytest.raises(SystemExit) as exited:
+        main(["--port", "1", "--host", "0.0.0.0"])
+    assert exited.value.code == 2
+    assert KEY_VARIABLE in capsys.readouterr().err
