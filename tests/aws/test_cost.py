@@ -33,6 +33,7 @@ from testkit.cost import Tally, docs_usd
 from testkit.records import park_due_now
 
 from .conftest import ROOT
+from .test_aws_path import just_under_the_metadata_limit
 from .test_queue_handoff import batch, receive
 
 EVENTS = ROOT / "events"
@@ -314,3 +315,26 @@ def test_the_prices_setting_prices_the_estimate(
     overridden = effective_prices(OVERRIDES)
     assert estimate["usd"] == pytest.approx(docs_usd(estimate, overridden), rel=1e-12)
     assert estimate["usd"] != pytest.approx(docs_usd(estimate, PRICES), rel=1e-6)
+
+
+def test_a_request_offloaded_to_s3_is_charged_its_puts_and_gets(
+    handler: Any, metered: Metered, standin: tuple[TrainGateStandIn, str]
+) -> None:
+    traingate, url = standin
+    event = _init_event(url)
+    body = json.loads(event["body"])
+    body["metadata"] = just_under_the_metadata_limit()  # incompressible: the request goes to S3
+    event["body"] = json.dumps(body)
+    accepted, _, api_seen = metered.invoke("ApiFunction", event, 29)
+    assert accepted.result["statusCode"] == 202
+    _, _, worker_seen = metered.invoke("WorkerFunction", accepted.dispatched[0], 900)
+    puts, gets = api_seen[("s3", "PutObject")], worker_seen[("s3", "GetObject")]
+    assert puts >= 1 and gets >= 1
+    at_finish = _estimate(traingate)
+    assert at_finish["units"]["http_api_request"] == 3.0  # a 1 MiB body: three 512 KB units
+    assert at_finish["units"]["s3_put_request"] == puts
+    assert 1 <= at_finish["units"]["s3_get_request"] <= gets  # the claim read it back, so far
+    ((_, full),) = metered.sink.got
+    assert full.usage.units["s3_put_request"] == puts
+    assert full.usage.units["s3_get_request"] == gets  # every move that read it back
+    assert full.usd == pytest.approx(docs_usd(full.to_json(), PRICES), rel=1e-12)
