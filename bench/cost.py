@@ -332,11 +332,12 @@ def render(measured: dict[str, Any], units: dict[str, Any]) -> str:
 #: The per-rollout estimate's formula, as docs/cost.md shows it: Python over the estimate's JSON
 #: (``cost``) and the prices (``price``). The tests evaluate this very block from docs/cost.md
 #: against the kit's figure (testkit/cost.py), so the two cannot drift apart.
-FORMULA = """usd = sum(
-    (f["seconds"] + f["init_seconds"]) * f["memory_mb"] / 1024
-    * price["lambda_gb_second_" + f["architecture"]]
-    for f in cost["lambda"].values()
-) + sum(n * price[item] for item, n in cost["units"].items())"""
+FORMULA = """usd = 0.0
+for f in cost["lambda"].values():  # each function's GB-seconds, at its architecture's price
+    gb_seconds = (f["seconds"] + f["init_seconds"]) * f["memory_mb"] / 1024
+    usd += gb_seconds * price["lambda_gb_second_" + f["architecture"]]
+for item, n in cost["units"].items():  # every billed unit, at its price
+    usd += n * price[item]"""
 
 
 def per_rollout_section() -> list[str]:
