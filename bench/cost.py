@@ -2,8 +2,9 @@
 
 Inputs: ``bench/results/handoff-latest.json`` (`python -m bench.handoff`: invocation durations
 per hand-off mode with a 2 s model) and the DynamoDB item sizes of a real calculator rollout,
-encoded by :class:`DynamoDBStore` at each step. Prices are the published on-demand prices for
-us-east-1 listed in the output; change ``PRICES`` when they move.
+encoded by :class:`DynamoDBStore` at each step. Prices are the kit's one price table
+(:data:`rollout_sdk.engine.cost.PRICE_TABLE`, us-east-1 on demand, with the page and date each
+was read), which the per-rollout estimate uses too; change them there when they move.
 
 Usage: python -m bench.cost
 """
@@ -18,6 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rollout_sdk.engine.cost import (
+    PRICE_TABLE,
+    PRICES_READ,
+    QUEUE_REQUESTS_PER_BATCH,
+    CostEstimate,
+    LambdaPart,
+    Usage,
+    effective_prices,
+)
 from rollout_sdk.engine.record import RecordState, RolloutRecord
 from rollout_sdk.protocol import InitResponse, RolloutRequest, RolloutResponse, RolloutStatus
 from rollout_sdk.store.dynamodb import DynamoDBStore
@@ -25,18 +35,8 @@ from rollout_sdk.store.dynamodb import DynamoDBStore
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 
-#: USD, us-east-1, on-demand, as published by AWS (checked for this kit in 2026; verify before use).
-PRICES = {
-    "lambda_gb_second_x86_64": 0.0000166667,
-    "lambda_gb_second_arm64": 0.0000133334,
-    "lambda_request": 0.20 / 1e6,
-    "http_api_request": 1.00 / 1e6,
-    "dynamodb_write_unit": 0.625 / 1e6,
-    "dynamodb_read_unit": 0.125 / 1e6,
-    "sqs_request": 0.40 / 1e6,
-    "kms_request": 0.03 / 1e4,
-    "cloudwatch_logs_gb": 0.50,
-}
+#: USD, us-east-1, on demand: the kit's one price table (rollout_sdk/engine/cost.py).
+PRICES = effective_prices()
 #: The queue's message carries the callback key sealed: an Encrypt at init, a Decrypt in the worker.
 KMS_REQUESTS_PER_QUEUED_ROLLOUT = 2
 LOG_BYTES_PER_ROLLOUT = 5 * 450  # five JSON lines (accepted, claimed, finished, delivered, request)
@@ -61,8 +61,32 @@ def _item_kb(store: DynamoDBStore, record: RolloutRecord) -> float:
     return size / 1024
 
 
+def example_estimate(
+    *, at: str, worker_seconds: float, write_units: float, memory_mb: int = MEMORY_MB
+) -> dict[str, Any]:
+    """The estimate a direct rollout's response (``at="finish"``) or record (``"delivery"``)
+    carries: a warm API invocation of API_SECONDS_PER_INIT and a warm worker, x86_64."""
+    usage = Usage(
+        functions={
+            "api": LambdaPart(API_SECONDS_PER_INIT, 0.0, memory_mb, "x86_64", 1),
+            "worker": LambdaPart(worker_seconds, 0.0, memory_mb, "x86_64", 1),
+        },
+        dynamodb_calls=4 if at == "delivery" else 2,
+    )
+    usage.units.update(lambda_request=2, http_api_request=1, dynamodb_write_unit=write_units)
+    return CostEstimate.of(
+        usage,
+        prices=PRICES,
+        prices_label=PRICES_READ,
+        at=at,
+        function="worker",
+        hand_off="direct",
+    ).to_json(compact=at == "delivery")  # the record keeps the compact form
+
+
 def write_units() -> dict[str, Any]:
-    """WRU of the happy path's writes, from a calculator rollout's real item sizes."""
+    """WRU of the happy path's writes, from a calculator rollout's real item sizes (the
+    response carrying its cost estimate at finish, the delivered record its full figure)."""
     store = DynamoDBStore("sizing", client=None)  # type: ignore[arg-type]  # encoding only
     request = RolloutRequest(
         rollout_id="rollout-000123",
@@ -108,9 +132,19 @@ def write_units() -> dict[str, Any]:
             {"role": "assistant", "content": "The answer is 516."},
         ],
         reward=1.0,
+        extra_fields={
+            "rollout_sdk": {
+                "cost": example_estimate(at="finish", worker_seconds=5.04, write_units=5)
+            }
+        },
     )
     finished = running.evolve(state=RecordState.FINISHED, response=final.model_dump(mode="json"))
-    delivered = finished.evolve(state=RecordState.DELIVERED, delivered_at=now, lease_until=None)
+    delivered = finished.evolve(
+        state=RecordState.DELIVERED,
+        delivered_at=now,
+        lease_until=None,
+        extra={"cost": example_estimate(at="delivery", worker_seconds=5.05, write_units=7)},
+    )
     sizes = {
         "accepted": _item_kb(store, accepted),
         "running": _item_kb(store, running),
@@ -227,24 +261,19 @@ def render(measured: dict[str, Any], units: dict[str, Any]) -> str:
         "  at init and opened in the worker (the free tier, 20,000 requests a month, left out);",
         f"- CloudWatch Logs: about {LOG_BYTES_PER_ROLLOUT} bytes of JSON log lines per rollout.",
         "",
-        "Prices (USD, us-east-1, on-demand):",
+        "Prices (USD, us-east-1, on demand, first tier), the kit's one table (`PRICE_TABLE` in",
+        f"`rollout_sdk/engine/cost.py`), each read on {PRICES_READ} from the stored copies of the",
+        "pages named. AWS's pricing pages draw their rate tables by script, so most figures could",
+        "be checked only against summaries of those pages, as the last column says: verify them",
+        "on the pages before relying on them, and override any with `ROLLOUT_SDK_PRICES`.",
         "",
-        "| item | price |",
-        "|---|---|",
+        "| name | item | price | page | checked against |",
+        "|---|---|---|---|---|",
     ]
-    labels = {
-        "lambda_gb_second_x86_64": "Lambda, per GB-second, x86_64",
-        "lambda_gb_second_arm64": "Lambda, per GB-second, arm64",
-        "lambda_request": "Lambda, per request",
-        "http_api_request": "API Gateway HTTP API, per request",
-        "dynamodb_write_unit": "DynamoDB on-demand, per write request unit",
-        "dynamodb_read_unit": "DynamoDB on-demand, per read request unit",
-        "sqs_request": "SQS standard, per request",
-        "kms_request": "KMS, per request",
-        "cloudwatch_logs_gb": "CloudWatch Logs, per GB ingested",
-    }
-    for name, value in PRICES.items():
-        lines.append(f"| {labels[name]} | ${value:.10g} |")
+    for name, price in PRICE_TABLE.items():
+        lines.append(
+            f"| `{name}` | {price.label} | ${price.usd:.10g} | <{price.page}> | {price.checked} |"
+        )
     lines += ["", "## Dollars per million rollouts", ""]
     header = (
         "| model latency | turns | direct, x86_64 | direct, arm64 | queue, x86_64 | queue, arm64 |"
@@ -295,8 +324,106 @@ def render(measured: dict[str, Any], units: dict[str, Any]) -> str:
         f"${KMS_REQUESTS_PER_QUEUED_ROLLOUT * 1e6 * PRICES['kms_request']:,.0f} per million rollouts",
         "  (see docs/aws.md, where the callback key lives).",
         "",
+        *per_rollout_section(),
     ]
     return "\n".join(lines)
+
+
+#: The per-rollout estimate's formula, as docs/cost.md shows it: Python over the estimate's JSON
+#: (``cost``) and the prices (``price``). The tests evaluate this very block from docs/cost.md
+#: against the kit's figure (testkit/cost.py), so the two cannot drift apart.
+FORMULA = """usd = 0.0
+for f in cost["lambda"].values():  # each function's GB-seconds, at its architecture's price
+    gb_seconds = (f["seconds"] + f["init_seconds"]) * f["memory_mb"] / 1024
+    usd += gb_seconds * price["lambda_gb_second_" + f["architecture"]]
+for item, n in cost["units"].items():  # every billed unit, at its price
+    usd += n * price[item]"""
+
+
+def per_rollout_section() -> list[str]:
+    """docs/cost.md's "Per-rollout estimate": where it is, the formula, its fields, its limits."""
+    example = example_estimate(at="finish", worker_seconds=5.04, write_units=5)
+    per_batch = QUEUE_REQUESTS_PER_BATCH
+    return [
+        "## Per-rollout estimate",
+        "",
+        "On AWS every final response says what its rollout cost so far, in",
+        '`extra_fields["rollout_sdk"]["cost"]` (beside `failure` on an ERROR; the agent\'s own',
+        "extra fields are left as they are). The response is fixed before its first delivery",
+        'attempt, so this is the figure **at finish** (`"at": "finish"`). The figure **after',
+        "delivery**, grown by every callback attempt, the park and each re-drive, is kept in the",
+        'record (`extra["cost"]`, shown as `cost` by `GET /v1/rollout/{rollout_id}`; written by',
+        "the delivery's own moves, so it costs no request of its own) and, once the rollout is",
+        "DELIVERED or UNDELIVERABLE, handed to the runtime's cost sink, which emits the metric",
+        "`RolloutCost` (USD; dimensions `Function` and `HandOff`; see docs/operations.md). The",
+        "local server writes no estimate: there is no AWS bill, and the host's cost is not the",
+        "kit's to estimate (`--store dynamodb` against a real table is not metered either).",
+        "",
+        "The formula, over the estimate (`cost`) and the prices above (`price`, with",
+        "`ROLLOUT_SDK_PRICES` applied); `tests/unit/test_cost.py` and `tests/aws/test_cost.py`",
+        "evaluate this block, taken from this file, against the kit's `usd`:",
+        "",
+        "```python",
+        FORMULA,
+        "```",
+        "",
+        "| field | what it is | where it comes from |",
+        "|---|---|---|",
+        "| `usd` | the formula's result | priced from the rounded figures below, so applying the formula to them gives this very number |",
+        "| `at` | `finish` (the response's figure) or `delivery` (after the delivery attempts so far) | |",
+        "| `function`, `hand_off` | the function that took the figure, and the hand-off mode | the handler; `HAND_OFF` |",
+        "| `lambda.<function>.seconds` | the rollout's share of that function's invocation: while *n* rollouts are in it, each is charged 1/*n* of every second, so a batch's shares add up to the invocation's duration (direct: the whole invocation; a re-drive: the time the pass spent on it) | a monotonic clock, from the handler's start |",
+        "| `lambda.<function>.init_seconds` | its share of a cold start's init, which Lambda bills with the invocation that follows it (on-demand functions, since 2025-08-01): split over that invocation's batch, 0 when warm | the process's age at the end of `handler.py`'s import (Linux's `/proc`); 0 under provisioned concurrency or SnapStart (`AWS_LAMBDA_INITIALIZATION_TYPE`) |",
+        "| `lambda.<function>.memory_mb`, `.architecture`, `.batch` | what a second of it costs; the rollouts that shared the invocation | `AWS_LAMBDA_FUNCTION_MEMORY_SIZE` (or the context's), the processor the process runs on, the event's records |",
+        "| `units.lambda_request` | 1 for the API function's invocation, 1/batch of the worker's (1 in direct mode), 1 for the failure destination's | the invocations themselves |",
+        "| `units.http_api_request` | the init request, metered in 512 KB increments | the event's body and headers |",
+        "| `units.dynamodb_write_unit`, `units.dynamodb_read_unit` | what DynamoDB reports for each request made for the rollout (`ReturnConsumedCapacity=TOTAL`: table and indexes); an answer reporting none counts the request's minimum (`dynamodb.units_assumed` says how many: moto reports none for `UpdateItem`) | botocore hooks on the runtime's clients |",
+        f"| `units.sqs_request` | queue mode: the `SendMessage` its message proves, plus {per_batch}/batch for the event source mapping's receive and delete of the batch | the message; the batch's size |",
+        "| `units.kms_request` | every `Encrypt` and `Decrypt` made for it: queue mode's sealed callback key (2), a park (1), each re-drive attempt (1) | botocore hooks |",
+        "| `units.s3_put_request`, `units.s3_get_request` | large values offloaded to the payload bucket | botocore hooks |",
+        "| `dynamodb.calls`, `dynamodb.units_assumed` | DynamoDB requests made for it, and those whose answer reported no units | botocore hooks |",
+        f"| `prices` | the table's date ({PRICES_READ}), with `+overrides` when `ROLLOUT_SDK_PRICES` changed any | |",
+        "",
+        "A success's estimate at finish, for a direct rollout whose worker had run 5.04 s when",
+        "it finished, on warm 512 MB x86_64 functions (the API function's 0.05 s carried in the",
+        "job; the write units of the claim's transaction and the worker's claim so far):",
+        "",
+        "```json",
+        json.dumps(example, indent=1),
+        "```",
+        "",
+        "What it leaves out:",
+        "",
+        "- **CloudWatch Logs** ingestion (by volume: about 2,250 bytes, $0.0000011, a rollout) and",
+        "  storage, and the metrics, alarms, dashboard and **X-Ray** traces of docs/operations.md;",
+        "- **free tiers** (Lambda's million requests and 400,000 GB-seconds a month, KMS's 20,000",
+        "  requests, SQS's million): the estimate is at list price, as if they were used up; volume",
+        "  tiers, Savings Plans, and provisioned concurrency (priced as on-demand);",
+        "- **data transfer**: the chat calls and the callback leave AWS for TrainGate (billed per",
+        "  GB out), and a NAT gateway's hours and bytes in a VPC;",
+        "- **fixed costs**, not any one rollout's: the re-drive schedule's invocations and their",
+        "  due-index queries and pass lease, the queue's empty long polls, the KMS key ($1 a month),",
+        "  the server-key secret and its reads, DynamoDB and S3 storage;",
+        "- **what no one can know**: a worker that died (timeout, out of memory, crash) leaves no",
+        "  figure, so a rollout settled for it carries the recoverer's part and the API function's",
+        "  only; the earlier receives of a redelivered message; a duplicate init's work and a",
+        "  duplicated job that found its rollout claimed;",
+        "- the write that stores a figure is not in it (the record's figure misses its own",
+        "  `UpdateItem`, a write unit or two a park; the metric's, taken after the final move,",
+        "  has it), nor Lambda's rounding up to the millisecond or the few milliseconds of the",
+        "  handler outside the kit's meter.",
+        "",
+        "How to read it: the figure at finish is a floor of what the rollout cost (the delivery is",
+        "still ahead); the metric's is the full one, and its sum over a training step is the",
+        "step's variable AWS cost at list price. A cold start makes the rollouts of one invocation",
+        "dearer (`init_seconds`); in queue mode a rollout that ends early in its batch pays less,",
+        "one that ends last more. The estimate makes the stored response and the record a few",
+        "hundred bytes larger (the item sizes above include it). Prices are us-east-1 list prices;",
+        "for another Region set `ROLLOUT_SDK_PRICES` to a JSON object of prices by the names above,",
+        '`{"lambda_gb_second_arm64": 0.0000133334, "dynamodb_write_unit": 7.1e-07}`: an unknown',
+        "name or a negative price stops start-up with a message naming it.",
+        "",
+    ]
 
 
 def main() -> int:

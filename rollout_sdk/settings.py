@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rollout_sdk.errors import ConfigurationError
@@ -97,6 +97,23 @@ class KitSettings(BaseSettings):
     #: minute; a pass holds the pass lease until it ends), and sends this many at once.
     redrive_pass_seconds: float = Field(40.0, ge=1, le=3600)
     redrive_concurrency: int = Field(16, ge=1, le=1000)
+    #: Overrides of the per-rollout cost estimate's prices (``rollout_sdk.engine.cost``): a JSON
+    #: object of US dollars by price name; an unknown name or a negative price is refused.
+    prices: str = ""
+
+    @field_validator("prices")
+    @classmethod
+    def _known_prices(cls, value: str) -> str:
+        from rollout_sdk.engine.cost import price_overrides
+
+        price_overrides(value)  # ValueError naming each bad key
+        return value
+
+    def price_overrides(self) -> dict[str, float]:
+        """``ROLLOUT_SDK_PRICES``, parsed: the prices it overrides, by name."""
+        from rollout_sdk.engine.cost import price_overrides
+
+        return price_overrides(self.prices)
 
     @model_validator(mode="after")
     def _consistent(self) -> KitSettings:
@@ -167,6 +184,13 @@ class LambdaSettings(BaseSettings):
         300, ge=0, le=86400, validation_alias="SECRET_MAX_AGE_SECONDS"
     )
     endpoint_url: str | None = Field(None, validation_alias="ROLLOUT_SDK_AWS_ENDPOINT_URL")
+    #: Lambda's own variables (the cost estimate's facts): the function's name and memory, and
+    #: how its environment was initialised (on-demand, provisioned-concurrency, snap-start).
+    function_name: str | None = Field(None, validation_alias="AWS_LAMBDA_FUNCTION_NAME")
+    function_memory_mb: int | None = Field(
+        None, ge=1, validation_alias="AWS_LAMBDA_FUNCTION_MEMORY_SIZE"
+    )
+    initialization_type: str | None = Field(None, validation_alias="AWS_LAMBDA_INITIALIZATION_TYPE")
     enable_docs: bool = Field(False, validation_alias="ROLLOUT_SDK_ENABLE_DOCS")
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from rollout_sdk.engine.cost import instrument
+
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_kms import KMSClient
@@ -19,6 +21,8 @@ class AwsClients:
 
     Credentials and region come from the function's environment, as on Lambda;
     ``endpoint_url`` points every client at an emulator (moto's server) for local runs and tests.
+    Each client's requests are counted into the cost estimate of the rollout that makes them
+    (:func:`rollout_sdk.engine.cost.instrument`).
     """
 
     def __init__(self, *, endpoint_url: str | None = None, max_pool_connections: int = 10) -> None:
@@ -36,34 +40,40 @@ class AwsClients:
     def dynamodb(self) -> DynamoDBClient:
         import boto3
 
-        return boto3.client("dynamodb", endpoint_url=self.endpoint_url, config=self.config)
+        return instrument(
+            boto3.client("dynamodb", endpoint_url=self.endpoint_url, config=self.config)
+        )
 
     @cached_property
     def s3(self) -> S3Client:
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.endpoint_url, config=self.config)
+        return instrument(boto3.client("s3", endpoint_url=self.endpoint_url, config=self.config))
 
     @cached_property
     def lambda_(self) -> LambdaClient:
         import boto3
 
-        return boto3.client("lambda", endpoint_url=self.endpoint_url, config=self.config)
+        return instrument(
+            boto3.client("lambda", endpoint_url=self.endpoint_url, config=self.config)
+        )
 
     @cached_property
     def kms(self) -> KMSClient:
         import boto3
 
-        return boto3.client("kms", endpoint_url=self.endpoint_url, config=self.config)
+        return instrument(boto3.client("kms", endpoint_url=self.endpoint_url, config=self.config))
 
     @cached_property
     def sqs(self) -> SQSClient:
         import boto3
 
-        return boto3.client("sqs", endpoint_url=self.endpoint_url, config=self.config)
+        return instrument(boto3.client("sqs", endpoint_url=self.endpoint_url, config=self.config))
 
     @cached_property
     def secretsmanager(self) -> SecretsManagerClient:
         import boto3
 
-        return boto3.client("secretsmanager", endpoint_url=self.endpoint_url, config=self.config)
+        return instrument(
+            boto3.client("secretsmanager", endpoint_url=self.endpoint_url, config=self.config)
+        )

@@ -13,6 +13,7 @@ first request that needs it.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Coroutine
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from rollout_sdk.dispatch.base import Dispatcher
     from rollout_sdk.engine.assembly import Engine
     from rollout_sdk.engine.client import TrainGateClient
+    from rollout_sdk.engine.cost import Costs
     from rollout_sdk.engine.recovery import Recovery
     from rollout_sdk.engine.settlement import Settlement
     from rollout_sdk.engine.vault import KeyVault
@@ -105,6 +107,9 @@ class LambdaRuntime:
         self.settings = settings
         self.aws = settings.aws
         self.clients = clients
+        #: The cold start's init duration, charged to the environment's first invocation's
+        #: rollouts (set by from_environment, which measures it).
+        self.init_seconds = 0.0
         # One event loop for the environment's life: the shared TrainGate client's connections
         # belong to it, Mangum runs on the current loop, and every handler runs its work on it.
         self.loop = asyncio.new_event_loop()
@@ -115,6 +120,9 @@ class LambdaRuntime:
         """Build from the environment ``template.yaml`` sets. Raises ConfigurationError."""
         from rollout_sdk.agent.loader import load_agent_loop
         from rollout_sdk.agent.validation import validate_agent_loop
+        from rollout_sdk.engine.cost import init_duration
+
+        started = time.perf_counter()
 
         settings = get_settings().model_copy(update={"aws": load_lambda_settings()})
         spec, _ = required_variables(settings.aws)
@@ -124,7 +132,9 @@ class LambdaRuntime:
             endpoint_url=settings.aws.endpoint_url,
             max_pool_connections=max(10, settings.server.max_concurrent_rollouts),
         )
-        return cls(agent_loop, settings=settings, clients=clients)
+        runtime = cls(agent_loop, settings=settings, clients=clients)
+        runtime.init_seconds = init_duration(settings, measured=time.perf_counter() - started)
+        return runtime
 
     def run(self, work: Coroutine[Any, Any, T]) -> T:
         """Run ``work`` to completion on the environment's one loop."""
@@ -149,6 +159,14 @@ class LambdaRuntime:
         self.loop.close()
 
     # ------------------------------------------------------------------ shared collaborators
+
+    @cached_property
+    def costs(self) -> Costs:
+        """The environment's facts for the per-rollout cost estimate; the handlers open its
+        invocations. ``costs.sink`` is where a rollout's full figure goes once it is final."""
+        from rollout_sdk.engine.cost import Costs
+
+        return Costs.for_lambda(self.settings, init_seconds=self.init_seconds)
 
     @cached_property
     def store(self) -> Store:

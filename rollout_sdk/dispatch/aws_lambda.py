@@ -18,11 +18,15 @@ if TYPE_CHECKING:
 
 #: Asynchronous invocation payloads are limited to 1 MB; the job is a few hundred bytes.
 MAX_EVENT_BYTES = 1024 * 1024
+#: The job's field carrying the API function's part of the rollout's cost estimate.
+COST_FIELD = "cost"
 
 
-def job_event(job: Job) -> dict[str, Any]:
-    """The worker's event: small on purpose; the worker reads the request from the store."""
-    return {"rollout_id": job.rollout_id, "attempt": job.attempt, "api_key": job.api_key}
+def job_event(job: Job, *, cost: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The worker's event: small on purpose; the worker reads the request from the store.
+    ``cost``: what the rollout used so far (the API function's part of its cost estimate)."""
+    event = {"rollout_id": job.rollout_id, "attempt": job.attempt, "api_key": job.api_key}
+    return event if cost is None else {**event, COST_FIELD: cost}
 
 
 def job_from_event(event: Any) -> Job:
@@ -72,7 +76,9 @@ class LambdaDispatcher(RemoteDispatcher):
         return self._dispatched
 
     async def dispatch(self, job: Job) -> None:
-        payload = json.dumps(job_event(job)).encode()
+        from rollout_sdk.engine.cost import carried
+
+        payload = json.dumps(job_event(job, cost=carried())).encode()
         answer = await self.call_aws(
             f"invoke of {self.function_name}",
             lambda: dict(

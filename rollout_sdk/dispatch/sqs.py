@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from rollout_sdk.dispatch.aws_lambda import job_from_event
+from rollout_sdk.dispatch.aws_lambda import COST_FIELD, job_from_event
 from rollout_sdk.dispatch.base import Job, RemoteDispatcher
 from rollout_sdk.errors import DispatchError, StoreError
 
@@ -32,11 +32,17 @@ if TYPE_CHECKING:
 SEALED_KEY_FIELD = "sealed_api_key"
 
 
-def message_body(job: Job, sealed_api_key: str | None) -> str:
-    """A rollout-queue message's body: the job, its callback key sealed (never ``api_key``)."""
-    return json.dumps(
-        {"rollout_id": job.rollout_id, "attempt": job.attempt, SEALED_KEY_FIELD: sealed_api_key}
-    )
+def message_body(
+    job: Job, sealed_api_key: str | None, *, cost: dict[str, Any] | None = None
+) -> str:
+    """A rollout-queue message's body: the job, its callback key sealed (never ``api_key``),
+    and ``cost``, what the rollout used so far (the API function's part of its estimate)."""
+    body: dict[str, Any] = {
+        "rollout_id": job.rollout_id,
+        "attempt": job.attempt,
+        SEALED_KEY_FIELD: sealed_api_key,
+    }
+    return json.dumps(body if cost is None else {**body, COST_FIELD: cost})
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,8 @@ class QueuedJob:
 
     job: Job
     sealed_api_key: str | None = field(default=None, repr=False)
+    #: What the rollout used before it was queued (the API function's part of its cost).
+    cost: dict[str, Any] | None = None
 
     @property
     def rollout_id(self) -> str:
@@ -79,7 +87,8 @@ def job_from_message(body: str | None) -> QueuedJob:
     job = job_from_event(event)
     if sealed is not None and job.api_key is not None:
         raise ValueError(f"message carries both 'api_key' and {SEALED_KEY_FIELD!r}")
-    return QueuedJob(job, sealed)
+    carried = event.get(COST_FIELD)
+    return QueuedJob(job, sealed, carried if isinstance(carried, dict) else None)
 
 
 class SqsDispatcher(RemoteDispatcher):
@@ -100,7 +109,10 @@ class SqsDispatcher(RemoteDispatcher):
                 raise DispatchError(
                     f"sealing the callback key for the rollout queue: {exc}"
                 ) from exc
-        body = message_body(job, sealed)
+        from rollout_sdk.engine.cost import carried
+
+        # After sealing: the Encrypt is the rollout's, and in what the message carries.
+        body = message_body(job, sealed, cost=carried())
         await self.call_aws(
             "sending to the rollout queue",
             lambda: dict(self._client.send_message(QueueUrl=self.queue_url, MessageBody=body)),

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from rollout_sdk.engine import cost
 from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ class Delivery:
         finished_at = record.finished_at or record.updated_at
         gave_up = now - finished_at >= self.settings.kit.redrive_max_age_seconds
         rollout_id, attempt = record.rollout_id, record.attempt
+        ledger = cost.ledger(record)  # the rollout's cost so far, written by the move (AWS only)
         if result.delivered:
             logger.info("callback delivered", extra={"rollout_id": rollout_id})
             moved = await self.store.deliver(
@@ -84,6 +86,7 @@ class Delivery:
                 delivery_attempts=attempts,
                 expires_at=expiry(now, self._ttl),
                 now=now,
+                extra=cost.extra_of(ledger),
             )
         elif result.final or gave_up:
             error = result.error if result.final else f"gave up re-sending: {result.error}"
@@ -98,6 +101,7 @@ class Delivery:
                 delivery_attempts=attempts,
                 expires_at=expiry(now, self._ttl),
                 now=now,
+                extra=cost.extra_of(ledger),
             )
         else:
             logger.warning(
@@ -105,6 +109,7 @@ class Delivery:
                 extra={"rollout_id": rollout_id, "error": result.error},
             )
             moved = await self._park(record, now, result.error, api_key, attempts)
+        cost.recorded(ledger, moved)  # once final, the full figure goes to the sink (RolloutCost)
         return moved.record or record
 
     async def _park(
@@ -119,6 +124,7 @@ class Delivery:
         sealed_key = None
         if record.sealed_key is None and api_key is not None and self.vault is not None:
             sealed_key = await self.vault.seal(api_key)
+        ledger = cost.ledger(record)  # after sealing: its KMS request is the rollout's too
         return await self.store.park(
             record.rollout_id,
             attempt=record.attempt,
@@ -130,4 +136,5 @@ class Delivery:
             ),
             now=now,
             sealed_key=sealed_key,
+            extra=cost.extra_of(ledger),
         )

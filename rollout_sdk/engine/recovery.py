@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from rollout_sdk.engine import cost
 from rollout_sdk.engine.record import RecordState, RolloutRecord
 from rollout_sdk.errors import DispatchError, FailureCategory, RolloutError
 
@@ -202,6 +203,12 @@ class Recovery:
                 cursor = page.cursor
 
     async def _one(self, rollout_id: str, report: RecoveryReport, gate: asyncio.Semaphore) -> None:
+        with cost.rollout():  # on AWS, the rollout's share of the re-drive's invocation
+            await self._one_metered(rollout_id, report, gate)
+
+    async def _one_metered(
+        self, rollout_id: str, report: RecoveryReport, gate: asyncio.Semaphore
+    ) -> None:
         try:
             now = self.clock()
             record = await self.store.get(rollout_id, now=now)

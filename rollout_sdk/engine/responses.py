@@ -8,7 +8,8 @@ Every ERROR carries its failure in ``extra_fields`` under one key, v1's wire sha
 
 The category comes from where the failure happened (the kit's exceptions carry theirs:
 :class:`~rollout_sdk.errors.FailureCategory`), never from message text. ``reward`` is null for
-every failure that is not the agent's own.
+every failure that is not the agent's own. On AWS, every final response also carries its cost
+estimate there, as ``cost`` (:mod:`rollout_sdk.engine.cost`).
 """
 
 from __future__ import annotations

@@ -281,4 +281,6 @@ def record_status(record: RolloutRecord) -> dict[str, Any]:
         "delivery_attempts": record.delivery_attempts,
         "next_attempt_at": record.next_attempt_at,
         "last_error": record.last_error,
+        # The rollout's cost so far, on AWS (docs/cost.md, "Per-rollout estimate").
+        "cost": record.extra.get("cost"),
     }

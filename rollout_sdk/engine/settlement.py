@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from rollout_sdk.engine import cost
 from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
 from rollout_sdk.engine.responses import error_response
 from rollout_sdk.errors import FailureCategory
@@ -120,8 +121,8 @@ class Settlement:
             moved = await self.store.settle(
                 rollout_id,
                 attempt=record.attempt,
-                response=error_response(
-                    rollout_id, reason, category=category, attempt=record.attempt
+                response=cost.with_estimate(  # what it cost so far (on AWS)
+                    error_response(rollout_id, reason, category=category, attempt=record.attempt)
                 ),
                 lease_until=self.leases.until(now),
                 expires_at=expiry(now, float(self.settings.server.record_ttl_seconds)),

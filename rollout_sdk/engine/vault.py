@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
 import os
 import secrets
 import threading
@@ -131,8 +132,11 @@ class KmsVault:
             return self._client
 
     async def _call(self, work: Callable[[], str]) -> str:
+        # In the caller's context, as asyncio.to_thread runs a call: the request is charged to
+        # the rollout that asked for it (rollout_sdk.engine.cost).
+        context = contextvars.copy_context()
         try:
-            future = asyncio.get_running_loop().run_in_executor(self._executor, work)
+            future = asyncio.get_running_loop().run_in_executor(self._executor, context.run, work)
         except RuntimeError as exc:  # submitted after close()
             raise StoreError(f"the KMS vault for {self.key_id} is closed") from exc
         return await future

@@ -28,6 +28,7 @@ from rollout_sdk.agent.loop import (
     RolloutLLMClient,
     RolloutResult,
 )
+from rollout_sdk.engine import cost
 from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
 from rollout_sdk.engine.responses import (
     agent_failure,
@@ -190,7 +191,7 @@ class RolloutWorker:
         return await self.store.finish(
             job.rollout_id,
             attempt=job.attempt,
-            response=response,
+            response=cost.with_estimate(response),  # what it cost so far (on AWS)
             lease_until=self.leases.until(now),
             expires_at=expiry(now, self._ttl()),
             now=now,

@@ -137,6 +137,8 @@ class Update:
     due_at: float | _Unset | None = UNSET
     #: Sealed by a KeyVault; kept out of the repr, like the record's.
     sealed_key: str | _Unset | None = field(default=UNSET, repr=False)
+    #: The whole ``extra`` map (the delivery moves write the rollout's cost so far there).
+    extra: dict[str, Any] | _Unset = UNSET
 
     def changes(self) -> dict[str, Any]:
         """The set fields by name (for an adapter to encode)."""
@@ -319,12 +321,19 @@ class Store(abc.ABC):
     # ------------------------------------------------------------------ delivering
 
     async def deliver(
-        self, rollout_id: str, *, attempt: int, delivery_attempts: int, expires_at: int, now: float
+        self,
+        rollout_id: str,
+        *,
+        attempt: int,
+        delivery_attempts: int,
+        expires_at: int,
+        now: float,
+        extra: dict[str, Any] | None = None,
     ) -> TransitionResult:
         """FINISHED on ``attempt`` -> DELIVERED (a 2xx came back); the lease and the sealed key
-        are dropped."""
+        are dropped; ``extra``, when given, replaces the record's."""
         update = replace(
-            _delivery_over(delivery_attempts, expires_at, now),
+            _delivery_over(delivery_attempts, expires_at, now, extra),
             state=RecordState.DELIVERED,
             delivered_at=now,
             last_error=None,
@@ -340,11 +349,12 @@ class Store(abc.ABC):
         delivery_attempts: int,
         expires_at: int,
         now: float,
+        extra: dict[str, Any] | None = None,
     ) -> TransitionResult:
         """FINISHED on ``attempt`` -> UNDELIVERABLE (a final 4xx, or the re-drive gave up); the
-        lease and the sealed key are dropped."""
+        lease and the sealed key are dropped; ``extra``, when given, replaces the record's."""
         update = replace(
-            _delivery_over(delivery_attempts, expires_at, now),
+            _delivery_over(delivery_attempts, expires_at, now, extra),
             state=RecordState.UNDELIVERABLE,
             last_error=error,
         )
@@ -361,9 +371,11 @@ class Store(abc.ABC):
         expires_at: int,
         now: float,
         sealed_key: str | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> TransitionResult:
         """FINISHED on ``attempt`` stays FINISHED, due for re-drive at ``next_attempt_at``, the
-        lease dropped; ``sealed_key``, when given, is stored (else the stored one is kept)."""
+        lease dropped; ``sealed_key``, when given, is stored (else the stored one is kept), and
+        ``extra``, when given, replaces the record's."""
         update = Update(
             next_attempt_at=next_attempt_at,
             due_at=next_attempt_at,
@@ -373,6 +385,7 @@ class Store(abc.ABC):
             updated_at=now,
             expires_at=expires_at,
             sealed_key=UNSET if sealed_key is None else sealed_key,
+            extra=UNSET if extra is None else extra,
         )
         return await self._apply(rollout_id, _finished_on(attempt), update, now=now)
 
@@ -485,7 +498,9 @@ def _finished_on(attempt: int) -> Guard:
     return Guard(states=(RecordState.FINISHED,), attempt=attempt)
 
 
-def _delivery_over(delivery_attempts: int, expires_at: int, now: float) -> Update:
+def _delivery_over(
+    delivery_attempts: int, expires_at: int, now: float, extra: dict[str, Any] | None
+) -> Update:
     # What delivered and undeliverable share: the key is no longer needed, nor the lease.
     return Update(
         sealed_key=None,
@@ -495,6 +510,7 @@ def _delivery_over(delivery_attempts: int, expires_at: int, now: float) -> Updat
         lease_until=None,
         updated_at=now,
         expires_at=expires_at,
+        extra=UNSET if extra is None else extra,
     )
 
 

@@ -39,6 +39,11 @@ def test_every_event_file_is_covered() -> None:
     ]
 
 
+def _job(event: dict[str, Any]) -> dict[str, Any]:
+    """A worker event without the cost it carries."""
+    return {k: v for k, v in event.items() if k != "cost"}
+
+
 def test_http_events_are_payload_2_with_a_content_type() -> None:
     for name in ("init.json", "health.json", "platform-health.json"):
         event = load_event(EVENTS / name)
@@ -55,19 +60,21 @@ def test_init_then_worker_runs_one_rollout_and_reports_once(
     body = json.loads(init.result["body"])
     assert body["rollout_id"] == "sample-rollout-0001"
     assert [t["function"]["name"] for t in body["tools"]] == ["calculate", "square_root"]
-    assert init.dispatched == [
+    # The job, and the API function's part of the rollout's cost estimate (docs/cost.md).
+    assert [_job(e) for e in init.dispatched] == [
         {"rollout_id": "sample-rollout-0001", "attempt": 1, "api_key": CALLBACK_KEY}
     ]
+    assert init.dispatched[0]["cost"]["units"]["http_api_request"] == 1
 
     # A duplicate before any worker claimed the rollout hands the same job off again (the first
     # hand-off might still have failed); the worker's claim lets only one run.
     again = invoke(handler, "ApiFunction", _event("init.json", url), timeout_seconds=29)
     assert again.result["statusCode"] == 202
     assert again.result["body"] == init.result["body"]
-    assert again.dispatched == init.dispatched
+    assert [_job(e) for e in again.dispatched] == [_job(e) for e in init.dispatched]
 
     worker_event = load_event(EVENTS / "worker.json")
-    assert worker_event == init.dispatched[0]
+    assert worker_event == _job(init.dispatched[0])
     ran = invoke(handler, "WorkerFunction", worker_event, timeout_seconds=900)
     assert ran.result == {
         "status": "done",

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rollout_sdk.engine import cost
+
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
     from fastapi import FastAPI
@@ -27,5 +29,11 @@ def adapter(app: FastAPI) -> ApiHandler:
 
 
 def handle(runtime: LambdaRuntime, event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Answer one HTTP request (Mangum runs the app on the runtime's loop, the current one)."""
-    return runtime.api_handler(event, context)
+    """Answer one HTTP request (Mangum runs the app on the runtime's loop, the current one).
+
+    Metered for the cost estimate: an init's hand-off carries what this invocation used so far
+    (its time, the HTTP API request, the claim's write units) to the worker."""
+    with runtime.costs.invocation("api", context, seats=1), cost.rollout() as meter:
+        if meter is not None:
+            meter.add("http_api_request", cost.http_api_requests(event))
+        return runtime.api_handler(event, context)

@@ -7,9 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 from rollout_sdk.aws.handlers.queue import open_job
 from rollout_sdk.dispatch.sqs import job_from_message
+from rollout_sdk.engine import cost
 from rollout_sdk.errors import StoreError
 
 if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
     from rollout_sdk.aws.runtime import InvocationContext, LambdaRuntime
 
 logger = logging.getLogger("rollout_sdk.lambda")
@@ -35,33 +38,53 @@ def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None
     kept: list[str] = []
     if not (isinstance(event, dict) and isinstance(event.get("Records"), list)):
         return {"status": "settled", "rollouts": settled}
-    for record in SQSEvent(event).records:
-        try:
-            queued = job_from_message(record.get("body"))
-        except ValueError as exc:
-            logger.error("malformed dead letter dropped: %s", exc)
-            continue
-        try:
-            job = runtime.run(
-                open_job(runtime, queued, then="the dead letter is kept and delivered again")
-            )
-        except StoreError:
-            kept.append(queued.rollout_id)
-            continue
-        if job is None:
-            continue
-        receives = (record.get("attributes") or {}).get("ApproximateReceiveCount", "?")
-        reason = f"the queued rollout failed {receives} times (dead-letter queue)"
-        settled_record = runtime.run(runtime.settlement.report_failed_job(job, reason=reason))
-        settled.append(
-            {
-                "rollout_id": job.rollout_id,
-                "state": settled_record.state.value if settled_record else "absent",
-            }
-        )
+    records = list(SQSEvent(event).records)
+    # Metered: each dead letter's rollout is charged its share of this invocation.
+    with runtime.costs.invocation("dead-letters", context, seats=len(records)):
+        for record in records:
+            with cost.rollout() as meter:
+                _report(runtime, record, meter, settled, kept, batch=len(records))
     if kept:
         raise StoreError(
             f"the callback keys of {len(kept)} dead letters could not be opened (rollouts "
             f"{', '.join(kept)}); SQS delivers them again"
         )
     return {"status": "settled", "rollouts": settled}
+
+
+def _report(
+    runtime: LambdaRuntime,
+    record: SQSRecord,
+    meter: cost.RolloutMeter | None,
+    settled: list[dict[str, str]],
+    kept: list[str],
+    *,
+    batch: int,
+) -> None:
+    """Report one dead letter's rollout (into ``settled``), or keep it (``kept``)."""
+    try:
+        queued = job_from_message(record.get("body"))
+    except ValueError as exc:
+        logger.error("malformed dead letter dropped: %s", exc)
+        return
+    if meter is not None:
+        meter.carry(queued.cost)  # the API function's part
+        cost.queued(meter, batch=batch)
+    try:
+        job = runtime.run(
+            open_job(runtime, queued, then="the dead letter is kept and delivered again")
+        )
+    except StoreError:
+        kept.append(queued.rollout_id)
+        return
+    if job is None:
+        return
+    receives = (record.get("attributes") or {}).get("ApproximateReceiveCount", "?")
+    reason = f"the queued rollout failed {receives} times (dead-letter queue)"
+    settled_record = runtime.run(runtime.settlement.report_failed_job(job, reason=reason))
+    settled.append(
+        {
+            "rollout_id": job.rollout_id,
+            "state": settled_record.state.value if settled_record else "absent",
+        }
+    )

@@ -6,7 +6,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from rollout_sdk.dispatch.aws_lambda import failure_from_event
+from rollout_sdk.dispatch.aws_lambda import COST_FIELD, failure_from_event
+from rollout_sdk.engine import cost
 
 if TYPE_CHECKING:
     from rollout_sdk.aws.runtime import InvocationContext, LambdaRuntime
@@ -25,7 +26,10 @@ def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None
     except ValueError as exc:
         logger.error("malformed failure record: %s", exc)
         return {"status": "rejected", "error": str(exc)}
-    record = runtime.run(runtime.settlement.report_failed_job(job, reason=reason))
+    with runtime.costs.invocation("worker-failed", context, seats=1), cost.rollout() as meter:
+        if meter is not None:  # the API function's part, in the original event
+            meter.carry((event.get("requestPayload") or {}).get(COST_FIELD))
+        record = runtime.run(runtime.settlement.report_failed_job(job, reason=reason))
     return {
         "status": "settled",
         "rollout_id": job.rollout_id,

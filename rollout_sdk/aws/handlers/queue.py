@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rollout_sdk.dispatch.sqs import job_from_message
+from rollout_sdk.engine import cost
 from rollout_sdk.engine.record import RecordState
 from rollout_sdk.errors import StoreError
 
@@ -60,13 +61,24 @@ def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None
     from rollout_sdk.aws.batch import LoopBatchProcessor
 
     deadline = runtime.deadline(context)
+    # Not Powertools' async_process_partial_response: it raises on an event without a
+    # "Records" list, which the kit has always answered with an empty report.
+    records = event.get("Records") if isinstance(event, dict) else None
+    batch = records if isinstance(records, list) else []
 
     async def run_one(record: SQSRecord) -> None:
+        with cost.rollout() as meter:  # the rollout's share of the invocation, and its requests
+            await run_metered(record, meter)
+
+    async def run_metered(record: SQSRecord, meter: cost.RolloutMeter | None) -> None:
         try:
             queued = job_from_message(record.get("body"))
         except ValueError as exc:
             logger.error("malformed queue message %s dropped: %s", record.get("messageId"), exc)
             return
+        if meter is not None:
+            meter.carry(queued.cost)  # the API function's part
+            cost.queued(meter, batch=len(batch))
         # A sealed key that cannot be opened (KMS throttled or unreachable, the key disabled,
         # the function's kms:Decrypt removed) is not run without it: the agent's chat calls and
         # the final callback both need the key, and TrainGate would refuse them, leaving the
@@ -92,10 +104,10 @@ def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None
                 raise RuntimeError("the rollout was cancelled") from exc
             raise
 
-    # Not Powertools' async_process_partial_response: it raises on an event without a
-    # "Records" list, which the kit has always answered with an empty report.
-    records = event.get("Records") if isinstance(event, dict) else None
     processor = LoopBatchProcessor(runtime.loop)
-    with processor(records if isinstance(records, list) else [], run_one):
+    with (
+        runtime.costs.invocation("queue-worker", context, seats=len(batch)),
+        processor(batch, run_one),
+    ):
         processor.async_process()
     return dict(processor.response())

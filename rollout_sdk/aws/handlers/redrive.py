@@ -20,7 +20,10 @@ def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None
         return {"status": "done", "backfilled": runtime.run(store.backfill_due_index())}
     # The scheduled event only says that it is time (Powertools' EventBridgeEvent would read
     # its "time" and "resources"); the pass reads the clock and the store, so it is not parsed.
-    report = runtime.run(runtime.recovery.redrive())
+    # Each rollout the pass takes up is charged its share of the pass (recovery opens its meter);
+    # the schedule's own invocation request, and its time on no rollout, are fixed costs.
+    with runtime.costs.invocation("redrive", context, shares_request=False):
+        report = runtime.run(runtime.recovery.redrive())
     return {
         "status": "done",
         "examined": report.examined,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from rollout_sdk.dispatch.aws_lambda import job_from_event
+from rollout_sdk.dispatch.aws_lambda import COST_FIELD, job_from_event
+from rollout_sdk.engine import cost
 
 if TYPE_CHECKING:
     from rollout_sdk.aws.runtime import InvocationContext, LambdaRuntime
@@ -24,7 +25,11 @@ def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None
         # Retrying a malformed event cannot help: report and return, do not raise.
         logger.error("malformed worker event: %s", exc)
         return {"status": "rejected", "error": str(exc)}
-    record = runtime.run(runtime.worker.run(job, deadline_seconds=runtime.deadline(context)))
+    # Metered: the rollout's cost is this invocation and what the API function's part carried.
+    with runtime.costs.invocation("worker", context, seats=1), cost.rollout() as meter:
+        if meter is not None:
+            meter.carry(event.get(COST_FIELD))
+        record = runtime.run(runtime.worker.run(job, deadline_seconds=runtime.deadline(context)))
     if record is None:
         return {"status": "skipped", "rollout_id": job.rollout_id}
     return {
