@@ -13,7 +13,8 @@ first request that needs it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from rollout_sdk.agent.loop import RolloutAgentLoop
+    from rollout_sdk.aws.telemetry import EmfTelemetry
     from rollout_sdk.dispatch.base import Dispatcher
     from rollout_sdk.engine.assembly import Engine
     from rollout_sdk.engine.client import TrainGateClient
@@ -126,6 +128,18 @@ class LambdaRuntime:
         )
         return cls(agent_loop, settings=settings, clients=clients)
 
+    @contextmanager
+    def invocation(self, function: str) -> Iterator[None]:
+        """One invocation of ``function`` (api, worker, queue_worker, failure, dead_letter,
+        redrive): its metrics carry that function, and are written out when it ends, whatever
+        way it ends (a failure to write them is logged once, never raised)."""
+        telemetry = self.telemetry
+        telemetry.begin(function)
+        try:
+            yield
+        finally:
+            telemetry.flush()
+
     def run(self, work: Coroutine[Any, Any, T]) -> T:
         """Run ``work`` to completion on the environment's one loop."""
         return self.loop.run_until_complete(work)
@@ -151,6 +165,17 @@ class LambdaRuntime:
     # ------------------------------------------------------------------ shared collaborators
 
     @cached_property
+    def telemetry(self) -> EmfTelemetry:
+        """Metrics in CloudWatch's embedded metric format; X-Ray subsegments too when the
+        template's Tracing parameter turns them on (only then is the X-Ray SDK imported)."""
+        from rollout_sdk.aws.telemetry import EmfTelemetry, XRaySpans
+
+        spans = None if self.aws.trace_disabled else XRaySpans()
+        return EmfTelemetry(
+            namespace=self.aws.metrics_namespace, hand_off=self.aws.hand_off, spans=spans
+        )
+
+    @cached_property
     def store(self) -> Store:
         """The DynamoDB store (large values in the payload bucket)."""
         from rollout_sdk.store.dynamodb import DynamoDBStore
@@ -168,7 +193,7 @@ class LambdaRuntime:
         """The process's one TrainGate client."""
         from rollout_sdk.engine.client import TrainGateClient
 
-        return TrainGateClient(self.settings.client)
+        return TrainGateClient(self.settings.client, telemetry=self.telemetry)
 
     @cached_property
     def vault(self) -> KeyVault | None:
@@ -191,6 +216,7 @@ class LambdaRuntime:
             settings=self.settings,
             vault=self.vault,
             agent_loop=self.agent_loop,
+            telemetry=self.telemetry,
         )
 
     @cached_property

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from rollout_sdk.aws.handlers.queue import open_job
 from rollout_sdk.dispatch.sqs import job_from_message
+from rollout_sdk.engine.telemetry import rollout_scope
 from rollout_sdk.errors import StoreError
 
 if TYPE_CHECKING:
@@ -41,18 +42,19 @@ def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None
         except ValueError as exc:
             logger.error("malformed dead letter dropped: %s", exc)
             continue
-        try:
-            job = runtime.run(
-                open_job(runtime, queued, then="the dead letter is kept and delivered again")
-            )
-        except StoreError:
-            kept.append(queued.rollout_id)
-            continue
-        if job is None:
-            continue
-        receives = (record.get("attributes") or {}).get("ApproximateReceiveCount", "?")
-        reason = f"the queued rollout failed {receives} times (dead-letter queue)"
-        settled_record = runtime.run(runtime.settlement.report_failed_job(job, reason=reason))
+        with rollout_scope(queued.rollout_id):
+            try:
+                job = runtime.run(
+                    open_job(runtime, queued, then="the dead letter is kept and delivered again")
+                )
+            except StoreError:
+                kept.append(queued.rollout_id)
+                continue
+            if job is None:
+                continue
+            receives = (record.get("attributes") or {}).get("ApproximateReceiveCount", "?")
+            reason = f"the queued rollout failed {receives} times (dead-letter queue)"
+            settled_record = runtime.run(runtime.settlement.report_failed_job(job, reason=reason))
         settled.append(
             {
                 "rollout_id": job.rollout_id,

@@ -7,6 +7,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from rollout_sdk.dispatch.aws_lambda import failure_from_event
+from rollout_sdk.engine.telemetry import rollout_scope
 
 if TYPE_CHECKING:
     from rollout_sdk.aws.runtime import InvocationContext, LambdaRuntime
@@ -25,7 +26,8 @@ def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None
     except ValueError as exc:
         logger.error("malformed failure record: %s", exc)
         return {"status": "rejected", "error": str(exc)}
-    record = runtime.run(runtime.settlement.report_failed_job(job, reason=reason))
+    with rollout_scope(job.rollout_id):
+        record = runtime.run(runtime.settlement.report_failed_job(job, reason=reason))
     return {
         "status": "settled",
         "rollout_id": job.rollout_id,

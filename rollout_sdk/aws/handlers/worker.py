@@ -6,6 +6,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from rollout_sdk.dispatch.aws_lambda import job_from_event
+from rollout_sdk.engine.telemetry import rollout_scope
 
 if TYPE_CHECKING:
     from rollout_sdk.aws.runtime import InvocationContext, LambdaRuntime
@@ -24,7 +25,8 @@ def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None
         # Retrying a malformed event cannot help: report and return, do not raise.
         logger.error("malformed worker event: %s", exc)
         return {"status": "rejected", "error": str(exc)}
-    record = runtime.run(runtime.worker.run(job, deadline_seconds=runtime.deadline(context)))
+    with rollout_scope(job.rollout_id):
+        record = runtime.run(runtime.worker.run(job, deadline_seconds=runtime.deadline(context)))
     if record is None:
         return {"status": "skipped", "rollout_id": job.rollout_id}
     return {
