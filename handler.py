@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools import Logger
@@ -19,56 +21,74 @@ from rollout_sdk.aws.handlers import dead_letter, failure, queue
 from rollout_sdk.aws.handlers import redrive as redrive_schedule
 from rollout_sdk.aws.handlers import worker as worker_events
 from rollout_sdk.aws.runtime import LambdaRuntime
+from rollout_sdk.engine.telemetry import RolloutLogFilter
+
+Handler = Callable[[dict[str, Any], LambdaContext], dict[str, Any]]
 
 logger = Logger(service="rollout-sdk")
-# The SDK logs through the standard library; give its loggers Powertools' JSON format, so every
-# line carries the invocation's keys (and, where one is known, the rollout_id).
+# Every line written inside a rollout carries its rollout_id, from the task's context (a queue
+# batch runs many at once in this process); Powertools adds the invocation's X-Ray trace id.
+logger.registered_handler.addFilter(RolloutLogFilter())
+# The SDK logs through the standard library; give its loggers Powertools' JSON format (and the
+# filter above, on the same handler), so every line carries the invocation's keys.
 copy_config_to_registered_loggers(source_logger=logger, include={"rollout_sdk"})
 
-#: Every entry point's Powertools context. ``log_event`` is pinned off whatever
-#: POWERTOOLS_LOGGER_LOG_EVENT says: an init request, a direct worker event and a failure
-#: destination's record all carry the callback key in clear, and logs are for many readers.
-entry_point = logger.inject_lambda_context(clear_state=True, log_event=False)
-
 runtime = LambdaRuntime.from_environment()
+# Built at the cold start (Metrics at module scope): with the template's Tracing parameter on,
+# this is where the X-Ray SDK is imported, once.
+telemetry = runtime.telemetry
 
 
-@entry_point
+def entry_point(function: str) -> Callable[[Handler], Handler]:
+    """Every entry point's Powertools context and metrics: ``function`` is the ``Function``
+    dimension, and the invocation's metrics are written when it ends. ``log_event`` is pinned
+    off whatever POWERTOOLS_LOGGER_LOG_EVENT says: an init request, a direct worker event and a
+    failure destination's record all carry the callback key in clear, and logs are for many
+    readers."""
+
+    def wrap(handle: Handler) -> Handler:
+        @functools.wraps(handle)
+        def invoked(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+            with runtime.invocation(function):
+                return handle(event, context)
+
+        wrapped: Handler = logger.inject_lambda_context(invoked, clear_state=True, log_event=False)
+        return wrapped
+
+    return wrap
+
+
+@entry_point("api")
 def api(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """API function: init, health and platform health through Mangum."""
     return api_events.handle(runtime, event, context)
 
 
-@entry_point
+@entry_point("worker")
 def worker(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Worker function: run one rollout and call TrainGate back."""
-    if isinstance(event, dict) and isinstance(event.get("rollout_id"), str):
-        logger.append_keys(rollout_id=event["rollout_id"])
     return worker_events.handle(runtime, event, context)
 
 
-@entry_point
+@entry_point("failure")
 def worker_failed(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """The worker's on-failure destination: report the rollout once."""
-    payload = event.get("requestPayload") if isinstance(event, dict) else None
-    if isinstance(payload, dict) and isinstance(payload.get("rollout_id"), str):
-        logger.append_keys(rollout_id=payload["rollout_id"])
     return failure.handle(runtime, event, context)
 
 
-@entry_point
+@entry_point("redrive")
 def redrive(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Scheduled: send undelivered final responses again."""
     return redrive_schedule.handle(runtime, event, context)
 
 
-@entry_point
+@entry_point("queue_worker")
 def worker_batch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Queue hand-off: run a batch of rollouts from SQS together (partial-batch failures)."""
     return queue.handle(runtime, event, context)
 
 
-@entry_point
+@entry_point("dead_letter")
 def dead_letters(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Queue hand-off: report rollouts whose messages the queue gave up on."""
     return dead_letter.handle(runtime, event, context)

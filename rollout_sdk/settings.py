@@ -192,6 +192,14 @@ class LambdaSettings(BaseSettings):
     )
     initialization_type: str | None = Field(None, validation_alias="AWS_LAMBDA_INITIALIZATION_TYPE")
     enable_docs: bool = Field(False, validation_alias="ROLLOUT_SDK_ENABLE_DOCS")
+    #: The CloudWatch namespace of the kit's metrics (template.yaml sets it).
+    metrics_namespace: str = Field(
+        "RolloutSDK", min_length=1, max_length=255, validation_alias="POWERTOOLS_METRICS_NAMESPACE"
+    )
+    #: The kit's X-Ray subsegments (Powertools Tracer, the X-Ray SDK) are off unless this says
+    #: false: the template's Tracing parameter sets it. Unlike Powertools' own default, unset
+    #: means off, so that nothing imports the X-Ray SDK unless asked to.
+    trace_disabled: bool = Field(True, validation_alias="POWERTOOLS_TRACE_DISABLED")
 
 
 class RolloutSettings(BaseSettings):

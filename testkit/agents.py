@@ -1,4 +1,5 @@
-"""The reliability suite's agent, served as ``tests.reliability.agents:agent_loop``.
+"""The reliability suite's agent, served as ``testkit.agents:agent_loop``, and the
+observability tests' (``testkit.agents:observed_agent``).
 
 One loop with two behaviours, chosen by the request's metadata:
 
@@ -12,6 +13,7 @@ One loop with two behaviours, chosen by the request's metadata:
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from typing import Any
 
@@ -46,6 +48,7 @@ class ReliabilityAgent(CalculatorAgent):
             if turn:
                 await asyncio.sleep(turn_delay)
             reply = await ctx.chat(messages, **ctx.request.completion_params)
+            self.turn_done(ctx, turn)
             messages.append(reply.message)
             if reply.has_tool_calls:
                 for call in reply.tool_calls:
@@ -54,5 +57,35 @@ class ReliabilityAgent(CalculatorAgent):
                 messages.append({"role": "user", "content": f"Turn {turn + 2}: what is 6 * 7?"})
         return ctx.complete(messages, finish_reason="stop", reward=1.0)
 
+    def turn_done(self, ctx: RolloutContext, turn: int) -> None:
+        """Called after each chat turn of a slow rollout (``turn`` from 0)."""
+
 
 agent_loop = ReliabilityAgent()
+
+
+#: Under the Lambda handler's Powertools logger ("rollout-sdk"), as an agent's own logger is when
+#: it uses Powertools' ``Logger(child=True)``: its lines go out through that logger's handler.
+AGENT_LOGGER = logging.getLogger("rollout-sdk.agent")
+
+
+class ObservedAgent(ReliabilityAgent):
+    """The reliability agent that logs a line of its own each chat turn (without naming the
+    rollout: the kit's log context must), and raises after its first chat call when the metadata
+    says ``{"fail": "<message>"}`` (an agent error)."""
+
+    name = "observed"
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        failure = ctx.request.metadata.get("fail")
+        if isinstance(failure, str):
+            await ctx.chat(list(ctx.request.messages), **ctx.request.completion_params)
+            AGENT_LOGGER.info("turn 1 of %s: failing on purpose", ctx.request.rollout_id)
+            raise RuntimeError(failure)
+        return await super().run(ctx)
+
+    def turn_done(self, ctx: RolloutContext, turn: int) -> None:
+        AGENT_LOGGER.info("turn %d of %s", turn + 1, ctx.request.rollout_id)
+
+
+observed_agent = ObservedAgent()

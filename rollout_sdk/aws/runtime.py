@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -26,10 +27,12 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from rollout_sdk.agent.loop import RolloutAgentLoop
+    from rollout_sdk.aws.telemetry import EmfTelemetry
     from rollout_sdk.dispatch.base import Dispatcher
     from rollout_sdk.engine.assembly import Engine
     from rollout_sdk.engine.client import TrainGateClient
-    from rollout_sdk.engine.cost import Costs
+    from rollout_sdk.engine.cost import CostEstimate, Costs
+    from rollout_sdk.engine.record import RolloutRecord
     from rollout_sdk.engine.recovery import Recovery
     from rollout_sdk.engine.settlement import Settlement
     from rollout_sdk.engine.vault import KeyVault
@@ -136,6 +139,18 @@ class LambdaRuntime:
         runtime.init_seconds = init_duration(settings, measured=time.perf_counter() - started)
         return runtime
 
+    @contextmanager
+    def invocation(self, function: str) -> Iterator[None]:
+        """One invocation of ``function`` (api, worker, queue_worker, failure, dead_letter,
+        redrive): its metrics carry that function, and are written out when it ends, whatever
+        way it ends (a failure to write them is logged once, never raised)."""
+        telemetry = self.telemetry
+        telemetry.begin(function)
+        try:
+            yield
+        finally:
+            telemetry.flush()
+
     def run(self, work: Coroutine[Any, Any, T]) -> T:
         """Run ``work`` to completion on the environment's one loop."""
         return self.loop.run_until_complete(work)
@@ -165,8 +180,28 @@ class LambdaRuntime:
         """The environment's facts for the per-rollout cost estimate; the handlers open its
         invocations. ``costs.sink`` is where a rollout's full figure goes once it is final."""
         from rollout_sdk.engine.cost import Costs
+        from rollout_sdk.engine.telemetry import Metric
 
-        return Costs.for_lambda(self.settings, init_seconds=self.init_seconds)
+        costs = Costs.for_lambda(self.settings, init_seconds=self.init_seconds)
+        telemetry = self.telemetry
+
+        def metric(record: RolloutRecord, estimate: CostEstimate) -> None:
+            # The full figure, after delivery and re-drive: metric RolloutCost (US dollars).
+            telemetry.observe(Metric.ROLLOUT_COST, estimate.usd)
+
+        costs.sink = metric
+        return costs
+
+    @cached_property
+    def telemetry(self) -> EmfTelemetry:
+        """Metrics in CloudWatch's embedded metric format; X-Ray subsegments too when the
+        template's Tracing parameter turns them on (only then is the X-Ray SDK imported)."""
+        from rollout_sdk.aws.telemetry import EmfTelemetry, XRaySpans
+
+        spans = None if self.aws.trace_disabled else XRaySpans()
+        return EmfTelemetry(
+            namespace=self.aws.metrics_namespace, hand_off=self.aws.hand_off, spans=spans
+        )
 
     @cached_property
     def store(self) -> Store:
@@ -186,7 +221,7 @@ class LambdaRuntime:
         """The process's one TrainGate client."""
         from rollout_sdk.engine.client import TrainGateClient
 
-        return TrainGateClient(self.settings.client)
+        return TrainGateClient(self.settings.client, telemetry=self.telemetry)
 
     @cached_property
     def vault(self) -> KeyVault | None:
@@ -209,6 +244,7 @@ class LambdaRuntime:
             settings=self.settings,
             vault=self.vault,
             agent_loop=self.agent_loop,
+            telemetry=self.telemetry,
         )
 
     @cached_property

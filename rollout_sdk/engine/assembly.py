@@ -19,11 +19,13 @@ from rollout_sdk.engine.delivery import Delivery
 from rollout_sdk.engine.lease import Leases
 from rollout_sdk.engine.recovery import Recovery
 from rollout_sdk.engine.settlement import Settlement
+from rollout_sdk.engine.telemetry import NO_TELEMETRY
 from rollout_sdk.engine.worker import RolloutWorker
 
 if TYPE_CHECKING:
     from rollout_sdk.agent.loop import RolloutAgentLoop
     from rollout_sdk.engine.client import TrainGateClient
+    from rollout_sdk.engine.telemetry import Telemetry
     from rollout_sdk.engine.vault import KeyVault
     from rollout_sdk.settings import RolloutSettings
     from rollout_sdk.store.base import Store
@@ -45,6 +47,8 @@ class Engine:
     #: None where no agent loop runs (``rollout-sdk redrive``).
     worker: RolloutWorker | None
     clock: Callable[[], float]
+    #: Where the engine's metrics and spans go (the client's own is given to the client).
+    telemetry: Telemetry = NO_TELEMETRY
 
     @classmethod
     def build(
@@ -57,11 +61,18 @@ class Engine:
         agent_loop: RolloutAgentLoop | None = None,
         debug_dir: str | Path | None = None,
         clock: Callable[[], float] = time.time,
+        telemetry: Telemetry = NO_TELEMETRY,
     ) -> Engine:
-        """Build each collaborator once; the worker only when ``agent_loop`` is given."""
+        """Build each collaborator once; the worker only when ``agent_loop`` is given.
+        ``telemetry`` gets every transition's metrics (the TrainGate client takes its own, so
+        that it can be built before the engine: give it the same one)."""
         leases = Leases(store, settings.kit, clock=clock)
-        delivery = Delivery(store, client, settings, leases=leases, vault=vault, clock=clock)
-        settlement = Settlement(store, delivery, settings, leases=leases, vault=vault, clock=clock)
+        delivery = Delivery(
+            store, client, settings, leases=leases, vault=vault, clock=clock, telemetry=telemetry
+        )
+        settlement = Settlement(
+            store, delivery, settings, leases=leases, vault=vault, clock=clock, telemetry=telemetry
+        )
         cancels = CancelSignals()
         worker = (
             RolloutWorker(
@@ -75,6 +86,7 @@ class Engine:
                 cancels=cancels,
                 debug_dir=debug_dir,
                 clock=clock,
+                telemetry=telemetry,
             )
             if agent_loop is not None
             else None
@@ -87,10 +99,11 @@ class Engine:
             leases=leases,
             delivery=delivery,
             settlement=settlement,
-            recovery=Recovery(settlement, store=store, clock=clock),
+            recovery=Recovery(settlement, store=store, clock=clock, telemetry=telemetry),
             cancels=cancels,
             worker=worker,
             clock=clock,
+            telemetry=telemetry,
         )
 
     def require_worker(self) -> RolloutWorker:

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rollout_sdk.engine.telemetry import NO_TELEMETRY, Metric, Span
 from rollout_sdk.errors import (
     OsmosisServerError,
     OsmosisTimeoutError,
@@ -30,6 +31,8 @@ from rollout_sdk.settings import RolloutClientSettings
 
 if TYPE_CHECKING:
     import httpx
+
+    from rollout_sdk.engine.telemetry import Telemetry
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETED_PATH = "/v1/rollout/completed"
@@ -95,6 +98,7 @@ class TrainGateClient:
     """Calls TrainGate's chat and completion endpoints with the kit's retry rules.
 
     ``transport``, ``sleep`` and ``jitter`` are seams for tests (``httpx.MockTransport``, a fake sleep).
+    ``telemetry`` gets each chat call's latency (and a span), and each callback POST.
     """
 
     def __init__(
@@ -104,11 +108,13 @@ class TrainGateClient:
         transport: httpx.AsyncBaseTransport | None = None,
         sleep: Sleep = asyncio.sleep,
         jitter: Callable[[], float] = random.random,
+        telemetry: Telemetry = NO_TELEMETRY,
     ) -> None:
         self.settings = settings or RolloutClientSettings()
         self._transport = transport
         self._sleep = sleep
         self._jitter = jitter
+        self.telemetry = telemetry
         self._http: httpx.AsyncClient | None = None
 
     @property
@@ -185,6 +191,18 @@ class TrainGateClient:
         Raises OsmosisValidationError (final 4xx), OsmosisServerError (5xx after every retry),
         OsmosisTimeoutError or OsmosisTransportError (no answer after every retry).
         """
+        started = time.perf_counter()
+        try:
+            # The protocol puts the rollout's id in every chat body (RolloutLLMClient does).
+            with self.telemetry.span(Span.CHAT, rollout_id=str(body.get("rollout_id", ""))):
+                return await self._chat(server_url, body, api_key)
+        finally:
+            # Every call, failed ones included: the time the agent waited, retries and all.
+            self.telemetry.observe(Metric.CHAT_CALL_LATENCY, time.perf_counter() - started)
+
+    async def _chat(
+        self, server_url: str, body: dict[str, Any], api_key: str | None
+    ) -> CompletionsResponse:
         outcome = await self._exchange(
             server_url + CHAT_PATH, body, api_key, self.settings.max_retries
         )
@@ -223,9 +241,11 @@ class TrainGateClient:
         except ValueError as exc:
             # No attempt can succeed; a final failure, recorded, rather than an exception.
             return DeliveryResult(False, True, 0, None, f"response is not valid JSON: {exc}")
-        outcome = await self._exchange(
-            server_url + COMPLETED_PATH, body, api_key, self.settings.complete_rollout_retries
-        )
+        with self.telemetry.span(Span.CALLBACK, rollout_id=response.rollout_id):
+            outcome = await self._exchange(
+                server_url + COMPLETED_PATH, body, api_key, self.settings.complete_rollout_retries
+            )
+        self.telemetry.count(Metric.CALLBACK_ATTEMPTS, outcome.attempts)
         if outcome.answer is None:
             return DeliveryResult(False, False, outcome.attempts, None, str(outcome.failure))
         status = outcome.answer.status_code

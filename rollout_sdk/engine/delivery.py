@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING
 
 from rollout_sdk.engine import cost
 from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
+from rollout_sdk.engine.telemetry import NO_TELEMETRY, Metric, rollout_scope
 
 if TYPE_CHECKING:
     from rollout_sdk.engine.client import DeliveryResult, TrainGateClient
     from rollout_sdk.engine.lease import Leases
+    from rollout_sdk.engine.telemetry import Telemetry
     from rollout_sdk.engine.vault import KeyVault
     from rollout_sdk.settings import RolloutSettings
     from rollout_sdk.store.base import Store, TransitionResult
@@ -38,6 +40,7 @@ class Delivery:
         leases: Leases,
         vault: KeyVault | None = None,
         clock: Callable[[], float],
+        telemetry: Telemetry = NO_TELEMETRY,
     ) -> None:
         self.store = store
         self.client = client
@@ -45,6 +48,7 @@ class Delivery:
         self.vault = vault
         self.settings = settings
         self.clock = clock
+        self.telemetry = telemetry
 
     @property
     def _ttl(self) -> float:
@@ -60,14 +64,15 @@ class Delivery:
         if response is None or record.state != RecordState.FINISHED:
             return record
         server_url = str(record.request["server_url"])
-        async with self.leases.holding(
-            record.rollout_id,
-            record.attempt,
-            RecordState.FINISHED,
-            watch=self.leases.watches(record),
-        ):
-            result = await self.client.complete_rollout(server_url, response, api_key=api_key)
-        return await self._record(record, result, api_key)
+        with rollout_scope(record.rollout_id):
+            async with self.leases.holding(
+                record.rollout_id,
+                record.attempt,
+                RecordState.FINISHED,
+                watch=self.leases.watches(record),
+            ):
+                result = await self.client.complete_rollout(server_url, response, api_key=api_key)
+            return await self._record(record, result, api_key)
 
     async def _record(
         self, record: RolloutRecord, result: DeliveryResult, api_key: str | None
@@ -88,6 +93,8 @@ class Delivery:
                 now=now,
                 extra=cost.extra_of(ledger),
             )
+            if moved.applied:
+                self.telemetry.count(Metric.ROLLOUTS_DELIVERED)
         elif result.final or gave_up:
             error = result.error if result.final else f"gave up re-sending: {result.error}"
             logger.error(
@@ -103,12 +110,17 @@ class Delivery:
                 now=now,
                 extra=cost.extra_of(ledger),
             )
+            if moved.applied:
+                self.telemetry.count(Metric.ROLLOUTS_UNDELIVERABLE)
         else:
             logger.warning(
                 "callback failed; parked for re-drive",
                 extra={"rollout_id": rollout_id, "error": result.error},
             )
             moved = await self._park(record, now, result.error, api_key, attempts)
+            if moved.applied and record.next_attempt_at is None:
+                # Once per rollout: parked again by the re-drive, it is counted there (re-driven).
+                self.telemetry.count(Metric.ROLLOUTS_PARKED)
         cost.recorded(ledger, moved)  # once final, the full figure goes to the sink (RolloutCost)
         return moved.record or record
 

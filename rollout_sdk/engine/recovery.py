@@ -33,11 +33,13 @@ from typing import TYPE_CHECKING
 
 from rollout_sdk.engine import cost
 from rollout_sdk.engine.record import RecordState, RolloutRecord
+from rollout_sdk.engine.telemetry import NO_TELEMETRY, Metric, rollout_scope
 from rollout_sdk.errors import DispatchError, FailureCategory, RolloutError
 
 if TYPE_CHECKING:
     from rollout_sdk.dispatch.base import Job
     from rollout_sdk.engine.settlement import Settlement
+    from rollout_sdk.engine.telemetry import Telemetry
     from rollout_sdk.settings import KitSettings
     from rollout_sdk.store.base import DueCursor, Store
 
@@ -74,6 +76,8 @@ class RecoveryReport:
     busy: bool = False
     #: The pass stopped at its time budget with due records left for the next one.
     cut_short: bool = False
+    #: Seconds since finished_at of the oldest parked response the pass read (0: none).
+    oldest_parked_age: float = 0.0
 
     def add(self, rollout_id: str, outcome: RolloutRecord | None) -> None:
         """Count one rollout by the state this pass left it in; None: this pass did nothing to
@@ -115,12 +119,14 @@ class Recovery:
         clock: Callable[[], float],
         page: int = 100,
         hand_off: HandOff | None = None,
+        telemetry: Telemetry = NO_TELEMETRY,
     ) -> None:
         self.settlement = settlement
         self.store = store
         self.clock = clock
         self.page = page
         self.hand_off = hand_off
+        self.telemetry = telemetry
 
     @property
     def _kit(self) -> KitSettings:
@@ -178,6 +184,8 @@ class Recovery:
             await self._drain(report, start, start + budget, limit)
         finally:
             await self.store.release_pass(PASS_NAME, holder=holder)
+        # Every pass that ran, so an alarm on its maximum sees the age fall back to 0.
+        self.telemetry.observe(Metric.OLDEST_PARKED_AGE, report.oldest_parked_age)
         if report.examined:
             logger.info("re-drive: %s", report.summary())
         return report
@@ -210,20 +218,29 @@ class Recovery:
         self, rollout_id: str, report: RecoveryReport, gate: asyncio.Semaphore
     ) -> None:
         try:
-            now = self.clock()
-            record = await self.store.get(rollout_id, now=now)
-            if record is None or record.due_at is None or record.due_at > now:
-                return  # the listing was stale: the record moved on
-            if record.state == RecordState.ACCEPTED:
-                await self._hand_off_again(record, report, now)
-            else:
-                reason = LEASE_REASON if record.state == RecordState.RUNNING else "re-drive"
-                await self._settle(record, reason, report, due_only=True)
+            with rollout_scope(rollout_id):
+                await self._redrive_one(rollout_id, report)
         except RolloutError as exc:
             report.failed[rollout_id] = str(exc)
             logger.error("recovery failed", extra={"rollout_id": rollout_id, "error": str(exc)})
         finally:
             gate.release()
+
+    async def _redrive_one(self, rollout_id: str, report: RecoveryReport) -> None:
+        now = self.clock()
+        record = await self.store.get(rollout_id, now=now)
+        if record is None or record.due_at is None or record.due_at > now:
+            return  # the listing was stale: the record moved on
+        if record.state == RecordState.FINISHED and record.next_attempt_at is not None:
+            parked_since = record.finished_at or record.updated_at
+            report.oldest_parked_age = max(report.oldest_parked_age, now - parked_since)
+        if record.state == RecordState.ACCEPTED:
+            await self._hand_off_again(record, report, now)
+            return
+        reason = LEASE_REASON if record.state == RecordState.RUNNING else "re-drive"
+        sent = await self._settle(record, reason, report, due_only=True)
+        if sent and record.state == RecordState.FINISHED:
+            self.telemetry.count(Metric.ROLLOUTS_REDRIVEN)  # its stored response, sent again
 
     async def _settle(
         self,
@@ -234,7 +251,8 @@ class Recovery:
         force: bool = False,
         due_only: bool = False,
         category: FailureCategory = FailureCategory.WORKER_LOST,
-    ) -> None:
+    ) -> bool:
+        """Settle ``record`` through settlement; whether this pass was the one that sent it."""
         report.examined += 1
         try:
             outcome, acted = await self.settlement.settle_once(
@@ -250,8 +268,9 @@ class Recovery:
             logger.error(
                 "recovery failed", extra={"rollout_id": record.rollout_id, "error": str(exc)}
             )
-            return
+            return False
         report.add(record.rollout_id, outcome if acted else None)
+        return acted
 
     async def _hand_off_again(
         self, record: RolloutRecord, report: RecoveryReport, now: float
@@ -298,6 +317,7 @@ class Recovery:
             return
         await self.store.handed_off(record.rollout_id, expires_at=record.expires_at, now=now)
         report.handed_off.append(record.rollout_id)
+        self.telemetry.count(Metric.ROLLOUTS_REDRIVEN)
 
     async def run_forever(self, interval: float) -> None:
         """Re-drive every ``interval`` seconds until cancelled."""

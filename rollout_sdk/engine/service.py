@@ -16,6 +16,7 @@ from rollout_sdk.engine.record import (
 )
 from rollout_sdk.engine.responses import failure_of
 from rollout_sdk.engine.rules import AgentTools, check_metadata_size, check_server_url
+from rollout_sdk.engine.telemetry import NO_TELEMETRY, Metric, Span, rollout_scope
 from rollout_sdk.errors import (
     DispatchError,
     FailureCategory,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from rollout_sdk.agent.loop import RolloutAgentLoop
     from rollout_sdk.dispatch.base import Dispatcher
     from rollout_sdk.engine.assembly import Engine
+    from rollout_sdk.engine.telemetry import Telemetry
     from rollout_sdk.settings import RolloutSettings
     from rollout_sdk.store.base import Store
 
@@ -79,12 +81,21 @@ class RolloutService:
         self.seal_at_init = seal_at_init
         self.clock = clock
 
+    @property
+    def telemetry(self) -> Telemetry:
+        """The engine's telemetry (none without an engine)."""
+        return self.engine.telemetry if self.engine is not None else NO_TELEMETRY
+
     async def init(self, request: RolloutRequest) -> InitResponse:
         """Accept ``request`` once; a duplicate gets the stored body and starts nothing.
 
         Raises PayloadTooLarge, ServerUrlRefused, AgentToolsError, IdempotencyConflict,
         DispatchError, StoreError.
         """
+        with rollout_scope(request.rollout_id):
+            return await self._init(request)
+
+    async def _init(self, request: RolloutRequest) -> InitResponse:
         # The input rules, in order, before anything is stored: metadata size, server_url, tools.
         check_metadata_size(request, self.settings.max_metadata_size_bytes)
         check_server_url(request.server_url, self.settings.kit)
@@ -100,9 +111,10 @@ class RolloutService:
         vault = self.engine.vault if self.engine is not None else None
         if self.seal_at_init and vault is not None and request.api_key is not None:
             record = record.evolve(sealed_key=await vault.seal(request.api_key))
-        created = await self.store.create(
-            record, now=now, slot_expires_at=slot_expiry(now, self.settings)
-        )
+        with self.telemetry.span(Span.CLAIM, rollout_id=record.rollout_id):
+            created = await self.store.create(
+                record, now=now, slot_expires_at=slot_expiry(now, self.settings)
+            )
         if not created.created:
             return await self._duplicate(record, created.record, created.conflict_on, request)
         try:
@@ -119,14 +131,16 @@ class RolloutService:
                 extra={"rollout_id": record.rollout_id, "claim_released": released},
             )
             raise
+        self.telemetry.count(Metric.ROLLOUTS_ACCEPTED)
         logger.info("rollout accepted", extra={"rollout_id": record.rollout_id})
         return init_response
 
     async def _hand_off(self, request: RolloutRequest) -> None:
         try:
-            await self.dispatcher.dispatch(
-                Job(rollout_id=request.rollout_id, attempt=1, api_key=request.api_key)
-            )
+            with self.telemetry.span(Span.HAND_OFF, rollout_id=request.rollout_id):
+                await self.dispatcher.dispatch(
+                    Job(rollout_id=request.rollout_id, attempt=1, api_key=request.api_key)
+                )
         except DispatchError:
             raise
         except Exception as exc:

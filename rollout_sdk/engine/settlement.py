@@ -16,12 +16,19 @@ from typing import TYPE_CHECKING
 from rollout_sdk.engine import cost
 from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
 from rollout_sdk.engine.responses import error_response
+from rollout_sdk.engine.telemetry import (
+    NO_TELEMETRY,
+    Metric,
+    finished_dimensions,
+    rollout_scope,
+)
 from rollout_sdk.errors import FailureCategory
 
 if TYPE_CHECKING:
     from rollout_sdk.dispatch.base import Job
     from rollout_sdk.engine.delivery import Delivery
     from rollout_sdk.engine.lease import Leases
+    from rollout_sdk.engine.telemetry import Telemetry
     from rollout_sdk.engine.vault import KeyVault
     from rollout_sdk.settings import RolloutSettings
     from rollout_sdk.store.base import Store
@@ -47,6 +54,7 @@ class Settlement:
         leases: Leases,
         vault: KeyVault | None = None,
         clock: Callable[[], float],
+        telemetry: Telemetry = NO_TELEMETRY,
     ) -> None:
         self.store = store
         self.delivery = delivery
@@ -54,6 +62,7 @@ class Settlement:
         self.leases = leases
         self.vault = vault
         self.clock = clock
+        self.telemetry = telemetry
 
     async def open_key(self, record: RolloutRecord) -> str | None:
         """The record's sealed callback key, opened (None when it holds none)."""
@@ -106,49 +115,56 @@ class Settlement:
 
         ``current`` is the record as the caller just read it (consistently), to save a read;
         ``due_only`` takes a stored response over only while it is due (the re-drive)."""
-        now = self.clock()
-        record = current if current is not None else await self.store.get(rollout_id, now=now)
-        if record is None:
-            logger.error("nothing to settle; no record", extra={"rollout_id": rollout_id})
-            return None, False
-        if record.state in (RecordState.DELIVERED, RecordState.UNDELIVERABLE):
-            return record, False
-        key = api_key if api_key is not None else await self.open_key(record)
-        if record.state in (RecordState.ACCEPTED, RecordState.RUNNING):
-            mine = owner_attempt is not None and record.attempt == owner_attempt
-            if record.state == RecordState.ACCEPTED and category in _LOST:
-                category = FailureCategory.NEVER_STARTED  # no worker ever claimed it
-            moved = await self.store.settle(
-                rollout_id,
-                attempt=record.attempt,
-                response=cost.with_estimate(  # what it cost so far (on AWS)
-                    error_response(rollout_id, reason, category=category, attempt=record.attempt)
-                ),
-                lease_until=self.leases.until(now),
-                expires_at=expiry(now, float(self.settings.server.record_ttl_seconds)),
-                now=now,
-                even_if_leased=force or mine,
-                watch=self.leases.watches(record),
-            )
-            if moved.applied:
-                logger.error(
-                    "rollout settled as ERROR", extra={"rollout_id": rollout_id, "reason": reason}
+        with rollout_scope(rollout_id):
+            now = self.clock()
+            record = current if current is not None else await self.store.get(rollout_id, now=now)
+            if record is None:
+                logger.error("nothing to settle; no record", extra={"rollout_id": rollout_id})
+                return None, False
+            if record.state in (RecordState.DELIVERED, RecordState.UNDELIVERABLE):
+                return record, False
+            key = api_key if api_key is not None else await self.open_key(record)
+            if record.state in (RecordState.ACCEPTED, RecordState.RUNNING):
+                mine = owner_attempt is not None and record.attempt == owner_attempt
+                if record.state == RecordState.ACCEPTED and category in _LOST:
+                    category = FailureCategory.NEVER_STARTED  # no worker ever claimed it
+                moved = await self.store.settle(
+                    rollout_id,
+                    attempt=record.attempt,
+                    response=cost.with_estimate(  # what it cost so far (on AWS)
+                        error_response(
+                            rollout_id, reason, category=category, attempt=record.attempt
+                        )
+                    ),
+                    lease_until=self.leases.until(now),
+                    expires_at=expiry(now, float(self.settings.server.record_ttl_seconds)),
+                    now=now,
+                    even_if_leased=force or mine,
+                    watch=self.leases.watches(record),
                 )
-        elif record.state == RecordState.FINISHED:
-            moved = await self.store.reclaim_delivery(
-                rollout_id,
-                attempt=record.attempt,
-                lease_until=self.leases.until(now),
-                now=now,
-                even_if_leased=force,
-                watch=self.leases.watches(record),
-                due_by=now if due_only else None,
-            )
-        else:  # pragma: no cover - every state is handled above
-            return record, False
-        if not moved.applied or moved.record is None:
-            return moved.record, False  # someone else holds it and will report it
-        return await self.delivery.deliver(moved.record, api_key=key), True
+                if moved.applied:
+                    self.telemetry.count(
+                        Metric.ROLLOUTS_FINISHED, **finished_dimensions("ERROR", category.value)
+                    )
+                    logger.error(
+                        "rollout settled as ERROR",
+                        extra={"rollout_id": rollout_id, "reason": reason},
+                    )
+            elif record.state == RecordState.FINISHED:
+                moved = await self.store.reclaim_delivery(
+                    rollout_id,
+                    attempt=record.attempt,
+                    lease_until=self.leases.until(now),
+                    now=now,
+                    even_if_leased=force,
+                    watch=self.leases.watches(record),
+                    due_by=now if due_only else None,
+                )
+            else:  # pragma: no cover - every state is handled above
+                return record, False
+            if not moved.applied or moved.record is None:
+                return moved.record, False  # someone else holds it and will report it
+            return await self.delivery.deliver(moved.record, api_key=key), True
 
     async def report_failed_job(self, job: Job, *, reason: str) -> RolloutRecord | None:
         # The worker stopped (or, when the record is still ACCEPTED, never started): the

@@ -33,8 +33,15 @@ from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
 from rollout_sdk.engine.responses import (
     agent_failure,
     error_response,
+    failure_of,
     messages_or_empty,
     to_response,
+)
+from rollout_sdk.engine.telemetry import (
+    NO_TELEMETRY,
+    Metric,
+    finished_dimensions,
+    rollout_scope,
 )
 from rollout_sdk.errors import FailureCategory, RolloutCancelled, RolloutError, StoreError
 from rollout_sdk.protocol import RolloutResponse
@@ -46,6 +53,7 @@ if TYPE_CHECKING:
     from rollout_sdk.engine.delivery import Delivery
     from rollout_sdk.engine.lease import Leases
     from rollout_sdk.engine.settlement import Settlement
+    from rollout_sdk.engine.telemetry import Telemetry
     from rollout_sdk.settings import RolloutSettings
     from rollout_sdk.store.base import Store, TransitionResult
 
@@ -72,6 +80,7 @@ class RolloutWorker:
         cancels: CancelSignals,
         debug_dir: str | Path | None = None,
         clock: Callable[[], float] = time.time,
+        telemetry: Telemetry = NO_TELEMETRY,
     ) -> None:
         self.agent_loop = agent_loop
         self.store = store
@@ -83,6 +92,7 @@ class RolloutWorker:
         self.cancels = cancels
         self.debug_dir = debug_dir
         self.clock = clock
+        self.telemetry = telemetry
 
     def _ttl(self) -> float:
         return float(self.settings.server.record_ttl_seconds)
@@ -94,22 +104,23 @@ class RolloutWorker:
         request-timeout setting bounds it in every mode. A failure of the kit itself (not the
         agent's) still ends the rollout with a reported ERROR.
         """
-        try:
-            return await self._run(job, deadline_seconds)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            logger.exception("the worker failed", extra={"rollout_id": job.rollout_id})
-            return await self.settlement.settle(
-                job.rollout_id,
-                reason=f"the worker failed: {type(exc).__name__}: {exc}",
-                # Not the agent's (its failures end in _run_agent): the kit's own.
-                category=exc.category
-                if isinstance(exc, RolloutError)
-                else FailureCategory.INFRASTRUCTURE,
-                api_key=job.api_key,
-                owner_attempt=job.attempt,
-            )
+        with rollout_scope(job.rollout_id):
+            try:
+                return await self._run(job, deadline_seconds)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                logger.exception("the worker failed", extra={"rollout_id": job.rollout_id})
+                return await self.settlement.settle(
+                    job.rollout_id,
+                    reason=f"the worker failed: {type(exc).__name__}: {exc}",
+                    # Not the agent's (its failures end in _run_agent): the kit's own.
+                    category=exc.category
+                    if isinstance(exc, RolloutError)
+                    else FailureCategory.INFRASTRUCTURE,
+                    api_key=job.api_key,
+                    owner_attempt=job.attempt,
+                )
 
     async def _run(self, job: Job, deadline_seconds: float | None) -> RolloutRecord | None:
         budget = float(self.settings.server.request_timeout_seconds)
@@ -126,6 +137,8 @@ class RolloutWorker:
         if not claim.applied or claim.record is None:
             return await self._claim_lost(job, claim.record)
         record = claim.record
+        claimed_at = now
+        self.telemetry.count(Metric.ROLLOUTS_STARTED)
         logger.info("rollout claimed", extra={"rollout_id": job.rollout_id, "attempt": job.attempt})
         if record.cancel_requested:
             response = error_response(
@@ -160,6 +173,14 @@ class RolloutWorker:
                 "finish lost; keeping the stored response", extra={"rollout_id": job.rollout_id}
             )
             return finished.record
+        failure = failure_of(finished.record.response)
+        self.telemetry.count(
+            Metric.ROLLOUTS_FINISHED,
+            **finished_dimensions(
+                response.status.value, str(failure["category"]) if failure else None
+            ),
+        )
+        self.telemetry.observe(Metric.ROLLOUT_DURATION, max(0.0, self.clock() - claimed_at))
         logger.info(
             "rollout finished",
             extra={"rollout_id": job.rollout_id, "status": response.status.value},

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Response
 
 from rollout_sdk.agent.loop import RolloutAgentLoop
 from rollout_sdk.agent.validation import validate_agent_loop
@@ -28,6 +28,7 @@ from rollout_sdk.dispatch.inprocess import InProcessDispatcher
 from rollout_sdk.engine.assembly import Engine
 from rollout_sdk.engine.client import TrainGateClient
 from rollout_sdk.engine.service import RolloutService, record_status
+from rollout_sdk.engine.telemetry import NO_TELEMETRY, Telemetry
 from rollout_sdk.engine.vault import KeyVault, LocalVault
 from rollout_sdk.engine.worker import RolloutWorker
 from rollout_sdk.errors import ConfigurationError
@@ -105,6 +106,7 @@ def create_app(
     sweep_on_start: bool = False,
     redrive: bool = True,
     docs: bool = True,
+    metrics: bool = False,
     **more: Any,
 ) -> FastAPI:
     """Build the rollout server's app.
@@ -118,7 +120,9 @@ def create_app(
     composition root builds it).
     ``sweep_on_start`` reports, at start-up, every rollout the store still shows in flight (only
     for a durable store this process owns alone); ``redrive`` re-sends undelivered responses on a
-    timer while the app runs.
+    timer while the app runs. ``metrics`` keeps the engine's counters and histograms in memory
+    and serves them at ``GET /metrics`` in Prometheus' text format (the local server's; the
+    Lambda API function has none: its metrics are CloudWatch's).
     Raises AgentLoopValidationError for an invalid agent loop, ConfigurationError for bad settings.
     """
     if credentials is not None or server_host is not None or server_port is not None:
@@ -149,14 +153,24 @@ def create_app(
         settings = settings.model_copy(update={"server": server})
 
     if engine is None:
+        telemetry: Telemetry = NO_TELEMETRY
+        if metrics:
+            from rollout_sdk.http.prometheus import PrometheusTelemetry
+
+            telemetry = PrometheusTelemetry()
+            if client is not None and client.telemetry is NO_TELEMETRY:
+                client.telemetry = telemetry  # its chat calls and callbacks count too
         # ``is None``, not ``or``: an empty MemoryStore has len 0 and would be silently replaced.
         engine = Engine.build(
             store=store if store is not None else MemoryStore(),
-            client=client if client is not None else TrainGateClient(settings.client),
+            client=client
+            if client is not None
+            else TrainGateClient(settings.client, telemetry=telemetry),
             settings=settings,
             vault=vault if vault is not None else LocalVault(),
             agent_loop=agent_loop,
             debug_dir=debug_dir,
+            telemetry=telemetry,
         )
     elif store is not None or client is not None or vault is not None or debug_dir is not None:
         raise ConfigurationError(
@@ -255,6 +269,21 @@ def create_app(
     @app.get("/platform/health")
     async def platform_health() -> dict[str, Any]:
         return health_body()
+
+    if metrics:
+        from rollout_sdk.http.prometheus import CONTENT_TYPE, PrometheusTelemetry
+
+        exposed = engine.telemetry
+        if not isinstance(exposed, PrometheusTelemetry):
+            raise ConfigurationError(
+                "create_app: metrics=True serves the engine's in-memory metrics; build the "
+                "engine with a PrometheusTelemetry, or let create_app build it"
+            )
+
+        # Not in the OpenAPI schema: a scrape target, not part of the rollout protocol.
+        @app.get("/metrics", include_in_schema=False)
+        async def prometheus_metrics() -> Response:
+            return Response(exposed.exposition(), media_type=CONTENT_TYPE)
 
     # Added first, so it runs inside the key check: an unauthenticated request is a 401 whatever
     # its size or content type.

@@ -22,8 +22,9 @@ from rollout_sdk.errors import (
 )
 from rollout_sdk.http.problems import send_problem
 
-#: Paths that need the server key when one is configured.
-PROTECTED_PREFIXES = ("/v1/rollout", "/platform/")
+#: Paths that need the server key when one is configured (the local server's /metrics says how
+#: many rollouts ran and failed: not for anyone who can reach the port).
+PROTECTED_PREFIXES = ("/v1/rollout", "/platform/", "/metrics")
 
 
 def request_paths(scope: Scope) -> tuple[str, str]:

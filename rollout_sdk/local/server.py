@@ -151,7 +151,8 @@ def build_local_app(
     debug_dir: str | Path | None = None,
     docs: bool = True,
 ) -> FastAPI:
-    """The local server's app: ``create_app`` on a durable store with the in-process worker.
+    """The local server's app: ``create_app`` on a durable store with the in-process worker,
+    its metrics at ``GET /metrics`` (Prometheus' text format).
 
     On a store that outlives the process (SQLite, or a store with an owner: DynamoDB through
     ``--dynamodb-endpoint``) it owns ``state_dir`` (a lock), keeps callback keys sealed under a
@@ -171,6 +172,7 @@ def build_local_app(
             api_keys=api_keys,
             store=open_store(store, state_dir) if isinstance(store, str) else store,
             docs=docs,
+            metrics=True,
         )
     lock = StateLock(state_dir).acquire()
     opened: Store | None = None
@@ -186,6 +188,7 @@ def build_local_app(
             sweep_on_start=True,
             on_shutdown=lock.release,
             docs=docs,
+            metrics=True,
         )
     except BaseException:
         from rollout_sdk.store.sqlite import SQLiteStore

@@ -54,10 +54,14 @@ def handler(
     request: pytest.FixtureRequest,
 ) -> Iterator[Any]:
     """``handler.py`` after a cold start against the emulator; a test marked
-    ``@pytest.mark.parametrize("hand_off", ["queue"], indirect=True)``-style via the ``hand_off``
-    fixture value gets that hand-off."""
+    ``@pytest.mark.parametrize("handler", ["queue"], indirect=True)`` gets that hand-off, and
+    one whose parameter is a dict gets those variables on top (``HAND_OFF`` among them)."""
     env = function_environment(template, "ApiFunction", resources)
-    env["HAND_OFF"] = getattr(request, "param", None) or env.get("HAND_OFF", "direct")
+    param = getattr(request, "param", None)
+    if isinstance(param, dict):
+        env.update(param)
+    else:
+        env["HAND_OFF"] = param or env.get("HAND_OFF", "direct")
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(ROOT)

@@ -19,6 +19,7 @@ from rollout_sdk.engine.record import RecordState
 from rollout_sdk.engine.service import RolloutService
 from rollout_sdk.engine.vault import LocalVault
 from rollout_sdk.errors import DispatchError
+from rollout_sdk.http.prometheus import PrometheusTelemetry
 from rollout_sdk.protocol import InitResponse
 from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.memory import MemoryStore
@@ -61,6 +62,12 @@ class FaultyDispatcher(RecordingDispatcher):
         self.jobs.append(job)
 
 
+def _counted(engine: Engine) -> str:
+    """The engine's metrics, as the local server's /metrics would answer them."""
+    assert isinstance(engine.telemetry, PrometheusTelemetry)
+    return engine.telemetry.exposition()
+
+
 def _rig() -> tuple[Engine, RolloutService, FaultyDispatcher, FakeTrainGate, Clock]:
     clock = Clock()
     gate = FakeTrainGate()
@@ -77,6 +84,7 @@ def _rig() -> tuple[Engine, RolloutService, FaultyDispatcher, FakeTrainGate, Clo
         vault=LocalVault(),
         agent_loop=EchoAgent(),
         clock=clock,
+        telemetry=PrometheusTelemetry(),
     )
     dispatcher = FaultyDispatcher()
     engine.recovery.hand_off = dispatcher.dispatch
@@ -136,6 +144,7 @@ async def test_twenty_duplicates_while_the_first_hand_off_fails_make_one_extra(
         report = await engine.recovery.redrive()
         assert report.handed_off == ["rollout-1"]
         assert dispatcher.calls == 3
+        assert "rollout_sdk_rollouts_redriven_total 1.0\n" in _counted(engine)
     else:
         assert record.due_at is None  # handed off: out of the due index
     assert [job.api_key for job in dispatcher.jobs] == [KEY]
@@ -203,5 +212,10 @@ async def test_a_hand_off_that_never_recovers_is_reported_as_never_started() -> 
     (sent,) = gate.bodies(COMPLETED_PATH)
     assert sent["status"] == "ERROR"
     assert "could not be handed to a worker" in sent["error_message"]
+    assert (
+        'rollout_sdk_rollouts_finished_total{status="ERROR",category="never_started"} 1.0\n'
+        in _counted(engine)
+    )
+    assert "rollout_sdk_rollouts_started_total 0.0\n" in _counted(engine)
     # Reported with the callback key the duplicate sealed.
     assert gate.on(COMPLETED_PATH)[0].headers["authorization"] == f"Bearer {KEY}"

@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING, Any
 from rollout_sdk.aws.handlers.queue import open_job
 from rollout_sdk.dispatch.sqs import job_from_message
 from rollout_sdk.engine import cost
+from rollout_sdk.engine.telemetry import rollout_scope
 from rollout_sdk.errors import StoreError
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
     from rollout_sdk.aws.runtime import InvocationContext, LambdaRuntime
+    from rollout_sdk.dispatch.sqs import QueuedJob
 
 logger = logging.getLogger("rollout_sdk.lambda")
 
@@ -67,6 +69,20 @@ def _report(
     except ValueError as exc:
         logger.error("malformed dead letter dropped: %s", exc)
         return
+    with rollout_scope(queued.rollout_id):  # every log line of it carries its rollout_id
+        _report_job(runtime, record, queued, meter, settled, kept, batch=batch)
+
+
+def _report_job(
+    runtime: LambdaRuntime,
+    record: SQSRecord,
+    queued: QueuedJob,
+    meter: cost.RolloutMeter | None,
+    settled: list[dict[str, str]],
+    kept: list[str],
+    *,
+    batch: int,
+) -> None:
     if meter is not None:
         meter.carry(queued.cost)  # the API function's part
         cost.queued(meter, batch=batch)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from rollout_sdk.dispatch.aws_lambda import COST_FIELD, failure_from_event
 from rollout_sdk.engine import cost
+from rollout_sdk.engine.telemetry import rollout_scope
 
 if TYPE_CHECKING:
     from rollout_sdk.aws.runtime import InvocationContext, LambdaRuntime
@@ -26,7 +27,11 @@ def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None
     except ValueError as exc:
         logger.error("malformed failure record: %s", exc)
         return {"status": "rejected", "error": str(exc)}
-    with runtime.costs.invocation("worker-failed", context, seats=1), cost.rollout() as meter:
+    with (
+        runtime.costs.invocation("worker-failed", context, seats=1),
+        cost.rollout() as meter,
+        rollout_scope(job.rollout_id),
+    ):
         if meter is not None:  # the API function's part, in the original event
             meter.carry((event.get("requestPayload") or {}).get(COST_FIELD))
         record = runtime.run(runtime.settlement.report_failed_job(job, reason=reason))

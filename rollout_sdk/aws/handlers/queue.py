@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from rollout_sdk.dispatch.sqs import job_from_message
 from rollout_sdk.engine import cost
 from rollout_sdk.engine.record import RecordState
+from rollout_sdk.engine.telemetry import rollout_scope
 from rollout_sdk.errors import StoreError
 
 if TYPE_CHECKING:
@@ -79,6 +80,12 @@ def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None
         if meter is not None:
             meter.carry(queued.cost)  # the API function's part
             cost.queued(meter, batch=len(batch))
+        # Each record runs in its own task (the processor gathers them): this rollout's lines
+        # carry its id, whatever the batch's other rollouts log meanwhile.
+        with rollout_scope(queued.rollout_id):
+            await run_queued(queued)
+
+    async def run_queued(queued: QueuedJob) -> None:
         # A sealed key that cannot be opened (KMS throttled or unreachable, the key disabled,
         # the function's kms:Decrypt removed) is not run without it: the agent's chat calls and
         # the final callback both need the key, and TrainGate would refuse them, leaving the

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from rollout_sdk.dispatch.aws_lambda import COST_FIELD, job_from_event
 from rollout_sdk.engine import cost
+from rollout_sdk.engine.telemetry import rollout_scope
 
 if TYPE_CHECKING:
     from rollout_sdk.aws.runtime import InvocationContext, LambdaRuntime
@@ -26,7 +27,11 @@ def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None
         logger.error("malformed worker event: %s", exc)
         return {"status": "rejected", "error": str(exc)}
     # Metered: the rollout's cost is this invocation and what the API function's part carried.
-    with runtime.costs.invocation("worker", context, seats=1), cost.rollout() as meter:
+    with (
+        runtime.costs.invocation("worker", context, seats=1),
+        cost.rollout() as meter,
+        rollout_scope(job.rollout_id),
+    ):
         if meter is not None:
             meter.carry(event.get(COST_FIELD))
         record = runtime.run(runtime.worker.run(job, deadline_seconds=runtime.deadline(context)))
