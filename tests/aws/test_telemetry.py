@@ -133,11 +133,15 @@ def test_each_invocation_writes_its_metrics_as_emf_lines_when_it_ends(
         "CallbackAttempts",
         "ChatCallLatency",
         "ColdStarts",
+        "RolloutCost",
         "RolloutDuration",
         "RolloutsDelivered",
         "RolloutsStarted",
     ]
     assert counted["RolloutsStarted"] == ("Count", [1.0])
+    # The full cost estimate once delivered (US dollars, from the cost sink): small, not zero.
+    cost_unit, costs = counted["RolloutCost"]
+    assert cost_unit == "None" and len(costs) == 1 and 0 < costs[0] < 0.01
     assert counted["RolloutsDelivered"] == ("Count", [1.0])
     assert counted["CallbackAttempts"] == ("Count", [1.0])
     unit, latencies = counted["ChatCallLatency"]
