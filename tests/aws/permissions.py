@@ -594,9 +594,9 @@ class Stack:
         group = f"arn:{PARTITION}:logs:{REGION}:{ACCOUNT}:log-group:/aws/lambda/{name}"
         stream = f"{group}:log-stream:2026/12/01/[$LATEST]0123456789abcdef"
         needs = [
-            Need("logs:CreateLogGroup", f"{group}:*", "Lambda: the function's log group"),
-            Need("logs:CreateLogStream", stream, "Lambda: log streams"),
-            Need("logs:PutLogEvents", stream, "Lambda: log events"),
+            Need("logs:CreateLogGroup", f"{group}:*", "Lambda: logs"),
+            Need("logs:CreateLogStream", stream, "Lambda: logs"),
+            Need("logs:PutLogEvents", stream, "Lambda: logs"),
         ]
         if "VpcConfig" in props:  # whenever SubnetIds may put it in a VPC
             needs += [

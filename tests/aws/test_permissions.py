@@ -674,6 +674,13 @@ def test_what_the_lambda_service_does_with_each_role_is_granted(
     service = [v for v in result.verdicts if v[2] is None]
     assert any(v.need.action == "lambda:InvokeFunction" for _, v, _ in service)  # the destination
     assert any(v.need.action == "sqs:ReceiveMessage" for _, v, _ in service)  # queue polling
+    rows: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    for _mode, verdict, _ in service:
+        statements = ", ".join(sorted({g.label for g in verdict.allowed_by})) or "DENIED"
+        rows[(verdict.function, verdict.need.origin, statements)].add(verdict.need.action)
+    print("\nWhat the Lambda service does with each role (the allowlist), and what grants it:")
+    for (function, origin, statements), actions in sorted(rows.items()):
+        print(f"  {function:22} {origin:58} {', '.join(sorted(actions))}: {statements}")
     denied = [describe(m, v, c, recording.rigs[m][1]) for m, v, c in result.denied if c is None]
     assert denied == []
 
