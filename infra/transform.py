@@ -1,19 +1,34 @@
-"""Print the CloudFormation that the SAM translator makes of a template (for cfn-lint).
+"""Print the CloudFormation that the SAM translator makes of a template (for cfn-lint, and for
+the permission test, tests/aws/test_permissions.py).
 
 Runs in the deployment tools' own virtual environment (.venv-sam), which has samtranslator.
-Usage: python infra/transform.py template.yaml > transformed.json
+Usage:
+  python infra/transform.py template.yaml > transformed.json
+  python infra/transform.py template.yaml --without ApiFunction.RolloutRecords   # that statement removed
+  python infra/transform.py template.yaml --each --without A.X --without B.Y      # one translation each
+
+A statement is named FUNCTION.SID: the statement with that Sid in the function's Policies (in an
+``!If``, that branch becomes ``AWS::NoValue``); FUNCTION.Policies[N] is the function's N-th
+Policies entry whole (a SAM policy template, whose statements have no Sid). ``--each`` prints one JSON object mapping each
+name to the translation of the template without that statement alone.
 """
 
 from __future__ import annotations
 
+import argparse
+import copy
 import json
+import re
 import sys
+from typing import Any
 
 import boto3
 from samtranslator.model.exceptions import InvalidDocumentException
 from samtranslator.translator.managed_policy_translator import ManagedPolicyLoader
 from samtranslator.translator.transform import transform
 from samtranslator.yaml_helper import yaml_parse
+
+NO_VALUE = {"Ref": "AWS::NoValue"}
 
 
 class _NoLookupPolicies(ManagedPolicyLoader):
@@ -40,18 +55,61 @@ def as_packaged(template: dict) -> dict:
     return template
 
 
-def main(path: str) -> int:
-    with open(path, encoding="utf-8") as handle:
-        template = as_packaged(yaml_parse(handle.read()))
+def without(template: dict, name: str) -> dict:
+    """A copy of ``template`` without the statement ``FUNCTION.SID`` (or the whole entry
+    ``FUNCTION.Policies[N]``, such as a SAM policy template); KeyError when there is none."""
+    function, _, sid = name.partition(".")
+    copied = copy.deepcopy(template)
+    policies = copied["Resources"][function]["Properties"].get("Policies", [])
+    entry = re.fullmatch(r"Policies\[(\d+)\]", sid)
+    if entry and isinstance(policies, list) and int(entry.group(1)) < len(policies):
+        del policies[int(entry.group(1))]
+        return copied
+    for policy in policies if isinstance(policies, list) else []:
+        statements = policy.get("Statement", []) if isinstance(policy, dict) else []
+        for index, statement in enumerate(statements):
+            if statement.get("Sid") == sid:
+                del statements[index]
+                return copied
+            branches = statement.get("Fn::If")
+            if isinstance(branches, list) and len(branches) == 3:
+                for branch in (1, 2):
+                    if isinstance(branches[branch], dict) and branches[branch].get("Sid") == sid:
+                        branches[branch] = copy.deepcopy(NO_VALUE)
+                        return copied
+    raise KeyError(f"{function} has no statement with Sid {sid!r}")
+
+
+def translate(template: dict) -> dict[str, Any]:
+    """The translator's CloudFormation; InvalidDocumentException when SAM refuses the template."""
+    return dict(transform(as_packaged(copy.deepcopy(template)), {}, _NoLookupPolicies()))
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("template", nargs="?", default="template.yaml")
+    parser.add_argument("--without", action="append", default=[], metavar="FUNCTION.SID")
+    parser.add_argument("--each", action="store_true", help="one translation per --without")
+    args = parser.parse_args(argv)
+    with open(args.template, encoding="utf-8") as handle:
+        template = yaml_parse(handle.read())
     try:
-        output = transform(template, {}, _NoLookupPolicies())
+        if args.each:
+            output: Any = {name: translate(without(template, name)) for name in args.without}
+        else:
+            for name in args.without:
+                template = without(template, name)
+            output = translate(template)
+    except KeyError as exc:
+        print(f"{args.template}: {exc.args[0]}", file=sys.stderr)
+        return 1
     except InvalidDocumentException as exc:
         for cause in exc.causes:
-            print(f"{path}: {cause.message}", file=sys.stderr)
+            print(f"{args.template}: {cause.message}", file=sys.stderr)
         return 1
     json.dump(output, sys.stdout, indent=1, default=str)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "template.yaml"))
+    sys.exit(main(sys.argv[1:]))

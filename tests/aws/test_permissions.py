@@ -1,0 +1,804 @@
+"""Least privilege, checked call by call (issue 11, item 1).
+
+Every function's handler runs, through handler.py against moto's server, on every code path:
+the happy path, an agent error, a kit failure, a failed hand-off and its release, large
+payloads through S3, status and cancel, the server-key secret (created and given), the failure
+destination, a queue batch, dead letters and the re-drive, in both HandOff modes. Every boto3
+client made while they run records each AWS call (:class:`~tests.aws.permissions.Recorder`);
+each call is mapped to the IAM actions AWS checks and their resource ARNs
+(:data:`~tests.aws.permissions.OPERATIONS`) and judged against that function's role in
+template.yaml as the SAM translator of the deployment tools' own venv (.venv-sam) expands it,
+under the scenario's parameter values. What the Lambda service itself does with a role (logs,
+network interfaces, destinations, queue polling) is an allowlist
+(:meth:`~tests.aws.permissions.Stack.service_needs`), checked as granted and never trimmed.
+
+The tests: every call is allowed; the service's needs are granted; no statement grants an action
+no call or service need uses (printed, then asserted); and removing any one statement of the
+template makes the check fail (translated again without it, every statement in turn).
+Run with ``-s`` to see the tables.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import botocore.session
+import pytest
+from botocore.exceptions import ClientError
+
+from rollout_sdk.engine.record import expiry
+from rollout_sdk.local.emulator import LocalResources, load_template, local_client, provision
+from rollout_sdk.local.invoke import (
+    Invocation,
+    function_environment,
+    import_handler,
+    invoke,
+    load_event,
+)
+from rollout_sdk.protocol import RolloutResponse, RolloutStatus
+from rollout_sdk.settings import VARIABLE_PREFIXES, reset_settings
+from rollout_sdk.store.dynamodb import DUE_PARTITION, DUE_SORT, ROLLOUT_PREFIX
+from rollout_sdk.testing.standin import Fault, TrainGateStandIn
+from rollout_sdk.testing.threads import ServerThread
+from testkit.aws import fake_aws_env
+from testkit.records import park_due_now
+
+from .conftest import CALLBACK_KEY, ROOT, SERVER_KEY
+from .permissions import (
+    Call,
+    Need,
+    Recorder,
+    Stack,
+    Verdict,
+    action_matches,
+    function_arn,
+    key_arn,
+    needs_of,
+    queue_arn,
+    resource_label,
+    resource_matches,
+    table_arn,
+)
+from .test_queue_handoff import batch, receive, unsettled
+
+pytestmark = pytest.mark.timeout(180)
+
+EVENTS = ROOT / "events"
+SAM_PYTHON = ROOT / ".venv-sam" / "bin" / "python"
+TIMEOUTS = {
+    "ApiFunction": 29,
+    "WorkerFunction": 900,
+    "WorkerFailureFunction": 300,
+    "RedriveFunction": 600,
+    "QueueWorkerFunction": 900,
+    "DeadLetterFunction": 300,
+}
+NO_KEY = object()  # an init body without api_key
+
+# ---------------------------------------------------------------------- the SAM translation
+
+
+def translate(*without: str, each: bool = False) -> Any:
+    """template.yaml as the SAM translator of .venv-sam makes it (a subprocess, offline: fake
+    credentials, no IAM lookups); with ``each``, one translation per statement in ``without``."""
+    if not SAM_PYTHON.exists():
+        pytest.fail(
+            "the permission test needs the deployment tools' venv: make .venv-sam/.installed"
+        )
+    args = [str(SAM_PYTHON), str(ROOT / "infra" / "transform.py"), str(ROOT / "template.yaml")]
+    for name in without:
+        args += ["--without", name]
+    if each:
+        args.append("--each")
+    done = subprocess.run(
+        args,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=fake_aws_env({"SAM_CLI_TELEMETRY": "0"}, clean=True),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+# ---------------------------------------------------------------------- events
+
+
+def init_event(url: str, rollout_id: str, **changes: Any) -> Any:
+    event = load_event(EVENTS / "init.json")
+    body = json.loads(event["body"])
+    body.update(server_url=url, rollout_id=rollout_id)
+    for name, value in changes.items():
+        if value is NO_KEY:
+            body.pop(name, None)
+        else:
+            body[name] = value
+    event["body"] = json.dumps(body)
+    return event
+
+
+def path_event(method: str, path: str) -> Any:
+    event = load_event(EVENTS / "init.json")
+    event["rawPath"] = event["requestContext"]["http"]["path"] = path
+    event["requestContext"]["http"]["method"] = method
+    event.pop("body", None)
+    return event
+
+
+def big_messages() -> list[dict[str, str]]:
+    """A history about 220 KB compressed: the request and the response both go to S3."""
+    history = [{"role": "user", "content": os.urandom(1100).hex()} for _ in range(100)]
+    return [*history, {"role": "user", "content": "What is 6 * 7?"}]
+
+
+def failure_record(job: dict[str, Any], **changes: Any) -> Any:
+    record = load_event(EVENTS / "worker-failure.json")
+    record["requestPayload"] = job
+    record.update(changes)
+    return record
+
+
+# ---------------------------------------------------------------------- one scenario set
+
+
+@dataclass
+class Rig:
+    """handler.py cold-started against one set of provisioned resources, under one set of
+    template parameter values; every handler call runs with the recorder naming the function."""
+
+    mode: str
+    parameters: dict[str, str]
+    module: Any
+    resources: LocalResources
+    traingate: TrainGateStandIn
+    url: str
+    recorder: Recorder
+    scenario: str = ""
+
+    @property
+    def runtime(self) -> Any:
+        return self.module.runtime
+
+    def call(self, function: str, event: Any) -> Invocation:
+        with self.recorder.running(self.mode, self.scenario, function):
+            return invoke(self.module, function, event, timeout_seconds=TIMEOUTS[function])
+
+    def init(self, rollout_id: str, status: int = 202, **changes: Any) -> Invocation:
+        call = self.call("ApiFunction", init_event(self.url, rollout_id, **changes))
+        assert call.result["statusCode"] == status, call.result
+        return call
+
+    def http(self, method: str, path: str, status: int) -> Invocation:
+        call = self.call("ApiFunction", path_event(method, path))
+        assert call.result["statusCode"] == status, call.result
+        return call
+
+    def received(self) -> list[dict[str, Any]]:
+        return receive(self.runtime.clients.sqs, self.resources.queue_url)
+
+    def run_worker(self, jobs: Invocation | list[dict[str, Any]]) -> list[Any]:
+        """Run what the inits handed off: the invokes' events (direct), the queue's messages."""
+        if self.parameters["HandOff"] == "queue":
+            messages = self.received()
+            return [self.call("QueueWorkerFunction", batch(messages)).result] if messages else []
+        events = jobs.dispatched if isinstance(jobs, Invocation) else jobs
+        return [self.call("WorkerFunction", event).result for event in events]
+
+    def record(self, rollout_id: str) -> Any:
+        return self.runtime.run(self.runtime.store.get(rollout_id, now=time.time()))
+
+    def reports(self, rollout_id: str) -> list[str]:
+        return [r["status"] for r in self.traingate.completions.get(rollout_id, [])]
+
+    def rewrite(self, rollout_id: str, **numbers: float) -> None:
+        """Set number attributes of the record's item directly: time passing, as set-up."""
+        names = {f"#n{i}": name for i, name in enumerate(numbers)}
+        values = {f":v{i}": {"N": repr(value)} for i, value in enumerate(numbers.values())}
+        self.runtime.clients.dynamodb.update_item(
+            TableName=self.resources.table_name,
+            Key={"pk": {"S": ROLLOUT_PREFIX + rollout_id}},
+            UpdateExpression="SET "
+            + ", ".join(f"{n} = {v}" for n, v in zip(names, values, strict=True)),
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )
+
+    def claim_and_die(self, rollout_id: str, *, finish: bool = False) -> None:
+        """What a killed worker leaves: RUNNING (or FINISHED, before its callback), lease run out."""
+        store, now = self.runtime.store, time.time()
+        claimed = self.runtime.run(
+            store.claim(
+                rollout_id, attempt=1, lease_until=now - 1, expires_at=expiry(now, 3600), now=now
+            )
+        )
+        assert claimed.applied
+        if finish:
+            response = RolloutResponse(
+                rollout_id=rollout_id, status=RolloutStatus.COMPLETED, reward=0.5
+            )
+            finished = self.runtime.run(
+                store.finish(
+                    rollout_id,
+                    attempt=1,
+                    response=response,
+                    lease_until=now - 1,
+                    expires_at=expiry(now, 3600),
+                    now=now,
+                )
+            )
+            assert finished.applied
+
+    def due_now(self, rollout_id: str) -> None:
+        record = self.record(rollout_id)
+        assert record is not None and record.next_attempt_at is not None, record
+        moved = self.runtime.run(park_due_now(self.runtime.store, record, time.time()))
+        assert moved.applied
+
+    def redrive(self, event: Any = None) -> Any:
+        return self.call("RedriveFunction", event or load_event(EVENTS / "redrive.json")).result
+
+
+@contextmanager
+def failing(
+    client: Any, operation: str, code: str = "ThrottlingException", *, times: int = 0
+) -> Iterator[None]:
+    """``operation`` (``lambda.Invoke``) of ``client`` fails as AWS's would (every time, or the
+    first ``times``) while this lasts; the call is made (and recorded) before it fails."""
+    left = [times]
+
+    def fail(**_: Any) -> None:
+        if times and left[0] <= 0:
+            return
+        left[0] -= 1
+        raise ClientError({"Error": {"Code": code, "Message": "injected"}}, operation.split(".")[1])
+
+    event = f"before-call.{operation}"
+    client.meta.events.register(event, fail)
+    try:
+        yield
+    finally:
+        client.meta.events.unregister(event, fail)
+
+
+# ---------------------------------------------------------------------- the scenarios
+
+
+def scenario(rig: Rig, name: str) -> None:
+    rig.scenario = name
+
+
+def common_paths(rig: Rig, p: str) -> None:
+    """What both hand-off modes run: rollout ids start with ``p``."""
+    api_dispatch = (
+        (rig.runtime.clients.sqs, "sqs.SendMessage")
+        if rig.parameters["HandOff"] == "queue"
+        else (rig.runtime.clients.lambda_, "lambda.Invoke")
+    )
+
+    scenario(rig, "server key, created secret")
+    rig.call("ApiFunction", load_event(EVENTS / "platform-health.json"))
+    rig.call("ApiFunction", load_event(EVENTS / "health.json"))
+
+    scenario(rig, "happy path")
+    rig.run_worker(rig.init(f"{p}happy"))
+    assert rig.reports(f"{p}happy") == ["COMPLETED"]
+    rig.http("GET", f"/v1/rollout/{p}happy", 200)
+
+    scenario(rig, "duplicate init while waiting for the worker")
+    first = rig.init(f"{p}dup")
+    again = rig.init(f"{p}dup")
+    rig.run_worker([*first.dispatched, *again.dispatched])
+    assert rig.reports(f"{p}dup") == ["COMPLETED"]
+
+    scenario(rig, "agent error")
+    job = rig.init(f"{p}agent")
+    rig.traingate.inject("chat", Fault(400, rollout_id=f"{p}agent"))
+    rig.run_worker(job)
+    assert rig.reports(f"{p}agent") == ["ERROR"]
+
+    scenario(rig, "kit failure in the worker")
+    job = rig.init(f"{p}kit")
+    with failing(
+        rig.runtime.clients.dynamodb, "dynamodb.UpdateItem", "InternalServerError", times=1
+    ):
+        rig.run_worker(job)
+    assert rig.reports(f"{p}kit") == ["ERROR"]
+
+    scenario(rig, "failed hand-off and release")
+    with failing(*api_dispatch):
+        rig.init(f"{p}handoff-failed", status=503)
+    assert rig.record(f"{p}handoff-failed") is None
+    if rig.parameters["HandOff"] == "queue":
+        with failing(rig.runtime.clients.kms, "kms.Encrypt"):
+            rig.init(f"{p}unsealed", status=503)
+        assert rig.record(f"{p}unsealed") is None
+
+    scenario(rig, "large payloads through S3")
+    messages = big_messages()
+    job = rig.init(f"{p}large", messages=messages)
+    again = rig.init(f"{p}large", messages=messages)  # the duplicate reads the stored request
+    rig.run_worker([*job.dispatched, *again.dispatched])
+    assert rig.reports(f"{p}large") == ["COMPLETED"]
+    rig.http("GET", f"/v1/rollout/{p}large", 200)
+
+    scenario(rig, "status and cancel")
+    job = rig.init(f"{p}cancel")
+    rig.http("POST", f"/v1/rollout/{p}cancel/cancel", 202)
+    rig.run_worker(job)
+    assert rig.reports(f"{p}cancel") == ["ERROR"]
+    rig.http("POST", f"/v1/rollout/{p}cancel/cancel", 409)
+    # A rollout a duplicate sealed the key of, its hand-off lease run out with no worker: the
+    # API function reports it itself.
+    rig.init(f"{p}cancel-sealed")
+    rig.init(f"{p}cancel-sealed")
+    rig.rewrite(f"{p}cancel-sealed", lease_until=time.time() - 1)
+    rig.http("POST", f"/v1/rollout/{p}cancel-sealed/cancel", 202)
+    assert rig.reports(f"{p}cancel-sealed") == ["ERROR"]
+    rig.http("GET", f"/v1/rollout/{p}cancel-sealed", 200)
+    rig.http("GET", f"/v1/rollout/{p}nobody", 404)
+    if rig.parameters["HandOff"] == "queue":
+        rig.received()  # the cancelled rollouts' messages, run by nobody
+
+    scenario(rig, "a callback that keeps failing is parked")
+    parked: list[tuple[str, dict[str, Any]]] = [
+        (f"{p}parked", {}),
+        (f"{p}parked-large", {"messages": big_messages()}),
+    ]
+    for rid, changes in parked:
+        rig.traingate.inject("completed", Fault(503, count=3, rollout_id=rid))
+        rig.run_worker(rig.init(rid, **changes))
+        assert rig.record(rid).sealed_key is not None
+
+    scenario(rig, "re-drive: parked responses")
+    for rid in (f"{p}parked", f"{p}parked-large"):
+        rig.due_now(rid)
+    assert rig.redrive()["delivered"] >= 2
+    assert rig.reports(f"{p}parked") == ["COMPLETED"]
+
+    scenario(rig, "re-drive: a duplicate's failed hand-off")
+    for rid in (f"{p}handoff-again", f"{p}never-started"):
+        rig.init(rid)  # handed off, and lost
+        with failing(*api_dispatch):
+            rig.init(rid)  # 202: the re-drive hands it off once its lease runs out
+        now = time.time()
+        rig.rewrite(rid, lease_until=now - 1, due_at=now - 1)
+    rig.rewrite(f"{p}never-started", created_at=time.time() - 3 * 86400)
+    if rig.parameters["HandOff"] == "queue":
+        rig.received()  # the first inits' messages: they run nowhere, as if lost
+    handed = rig.redrive()
+    assert handed["handed_off"] >= 1, handed
+    assert rig.reports(f"{p}never-started") == ["ERROR"]
+
+    scenario(rig, "re-drive: backfill of the due index")
+    rid = f"{p}before-index"
+    rig.traingate.inject("completed", Fault(503, count=3, rollout_id=rid))
+    rig.run_worker(rig.init(rid))
+    rig.runtime.clients.dynamodb.update_item(
+        TableName=rig.resources.table_name,
+        Key={"pk": {"S": ROLLOUT_PREFIX + rid}},
+        UpdateExpression="REMOVE #by, #at",
+        ExpressionAttributeNames={"#by": DUE_PARTITION, "#at": DUE_SORT},
+    )
+    assert rig.redrive({"backfill_due_index": True})["backfilled"] == 1
+    rig.due_now(rid)
+    rig.redrive()
+    assert rig.reports(rid) == ["COMPLETED"]
+
+
+def direct_paths(rig: Rig) -> None:
+    common_paths(rig, "d-")
+
+    scenario(rig, "worker: a redelivered event finds its owner dead")
+    rig.init("d-redelivered")
+    rig.claim_and_die("d-redelivered", finish=True)
+    rig.call(
+        "WorkerFunction", {"rollout_id": "d-redelivered", "attempt": 1, "api_key": CALLBACK_KEY}
+    )
+    assert rig.reports("d-redelivered") == ["COMPLETED"]
+
+    scenario(rig, "worker: a keyless job of a rollout a duplicate sealed the key of")
+    keyless = rig.init("d-keyless", api_key=NO_KEY)
+    rig.init("d-keyless")  # the same request with a key: sealed into the record
+    rig.claim_and_die("d-keyless")
+    rig.call("WorkerFunction", keyless.dispatched[0])
+    assert rig.reports("d-keyless") == ["ERROR"]
+
+    scenario(rig, "failure destination")
+    aged = rig.init("d-aged").dispatched[0]
+    record = failure_record(aged)
+    record["requestContext"]["condition"] = "EventAgeExceeded"
+    rig.call("WorkerFailureFunction", record)
+    assert rig.reports("d-aged") == ["ERROR"]
+    for rid, finish in (("d-timed-out", False), ("d-finished", True)):
+        job = rig.init(rid).dispatched[0]
+        rig.claim_and_die(rid, finish=finish)
+        rig.call("WorkerFailureFunction", failure_record(job))
+    assert rig.reports("d-finished") == ["COMPLETED"]
+    job = rig.init("d-failed-large", messages=big_messages()).dispatched[0]
+    rig.call("WorkerFailureFunction", failure_record(job))
+    # An error message too large for the item: the ERROR response goes to S3.
+    job = rig.init("d-long-error").dispatched[0]
+    long_error = {"errorType": "RuntimeError", "errorMessage": os.urandom(160_000).hex()}
+    rig.call("WorkerFailureFunction", failure_record(job, responsePayload=long_error))
+    assert rig.reports("d-long-error") == ["ERROR"]
+    rig.traingate.inject("completed", Fault(503, count=3, rollout_id="d-failed-parked"))
+    job = rig.init("d-failed-parked").dispatched[0]
+    rig.call("WorkerFailureFunction", failure_record(job))
+    assert rig.record("d-failed-parked").sealed_key is not None
+    keyless_job = rig.init("d-failed-keyless", api_key=NO_KEY).dispatched[0]
+    rig.init("d-failed-keyless")
+    rig.rewrite("d-failed-keyless", lease_until=time.time() - 1)  # retries took minutes
+    rig.call("WorkerFailureFunction", failure_record(keyless_job))
+    assert rig.reports("d-failed-keyless") == ["ERROR"]
+    rig.call("WorkerFailureFunction", {"requestPayload": {}})  # rejected, touching nothing
+
+
+def queue_paths(rig: Rig) -> None:
+    common_paths(rig, "q-")
+
+    scenario(rig, "queue batch: redelivery, a malformed message, an unsettled rollout")
+    for rid in ("q-b1", "q-b2", "q-unsettled"):
+        rig.init(rid)
+    messages = rig.received()
+    event = batch(messages)
+    event["Records"].append({"messageId": "bad", "body": "{not json"})
+    with unsettled(rig.module, "q-unsettled"):
+        answer = rig.call("QueueWorkerFunction", event).result
+    assert len(answer["batchItemFailures"]) == 1
+    rig.call("QueueWorkerFunction", batch(messages))  # SQS delivers the batch again
+    assert rig.reports("q-b1") == ["COMPLETED"] and rig.reports("q-unsettled") == ["COMPLETED"]
+
+    scenario(rig, "dead letters")
+    dead: list[dict[str, Any]] = []
+    rig.init("q-dead")
+    rig.init("q-dead-large", messages=big_messages())
+    rig.traingate.inject("completed", Fault(503, count=3, rollout_id="q-dead-parked"))
+    rig.init("q-dead-parked")
+    for message in rig.received():
+        dead.append({**message, "Attributes": {"ApproximateReceiveCount": "3"}})
+    answer = rig.call("DeadLetterFunction", batch(dead)).result
+    assert len(answer["rollouts"]) == 3
+    assert rig.reports("q-dead") == ["ERROR"] and rig.reports("q-dead-large") == ["ERROR"]
+    assert rig.record("q-dead-parked").sealed_key is not None
+
+
+def given_secret_paths(rig: Rig) -> None:
+    scenario(rig, "server key, given secret")
+    rig.call("ApiFunction", load_event(EVENTS / "platform-health.json"))
+    rig.run_worker(rig.init("g-happy"))
+    rig.http("GET", "/v1/rollout/g-happy", 200)
+    assert rig.reports("g-happy") == ["COMPLETED"]
+
+
+# ---------------------------------------------------------------------- running them
+
+
+def physical_names(
+    resources: LocalResources, endpoint: str, prefix: str, given_secret: str | None
+) -> dict[str, dict[str, str]]:
+    """The template's logical ids -> what the scenario's resources are called (Ref, Arn)."""
+    sqs = local_client("sqs", endpoint)
+    policy = sqs.get_queue_attributes(
+        QueueUrl=resources.queue_url, AttributeNames=["RedrivePolicy"]
+    )
+    dead_letter_arn = json.loads(policy["Attributes"]["RedrivePolicy"])["deadLetterTargetArn"]
+    dead_letter_url = sqs.get_queue_url(QueueName=dead_letter_arn.rsplit(":", 1)[1])["QueueUrl"]
+    key = local_client("kms", endpoint).describe_key(KeyId=resources.kms_key_id)["KeyMetadata"][
+        "Arn"
+    ]
+    assert key == key_arn(resources.kms_key_id)
+    names: dict[str, dict[str, str]] = {
+        "RolloutTable": {"Ref": resources.table_name, "Arn": table_arn(resources.table_name)},
+        "PayloadBucket": {"Ref": resources.bucket, "Arn": f"arn:aws:s3:::{resources.bucket}"},
+        "RolloutQueue": {"Ref": resources.queue_url, "Arn": queue_arn(resources.queue_url)},
+        "RolloutDeadLetterQueue": {"Ref": dead_letter_url, "Arn": dead_letter_arn},
+        "CallbackKeyKey": {"Ref": resources.kms_key_id, "Arn": key},
+    }
+    if given_secret is None:
+        names["ServerKeySecret"] = {"Ref": resources.secret_arn}
+    else:  # a parameter, not a resource: only the report's labels use this name
+        names["ServerKeySecretArn"] = {"Ref": given_secret}
+    for function in TIMEOUTS:
+        name = resources.worker_function if function == "WorkerFunction" else f"{prefix}-{function}"
+        names[function] = {"Ref": name, "Arn": function_arn(name)}
+    return names
+
+
+@dataclass
+class Recording:
+    recorder: Recorder
+    rigs: dict[str, tuple[dict[str, str], dict[str, dict[str, str]]]]  # mode -> (parameters, names)
+
+
+@pytest.fixture(scope="module")
+def recording(moto_endpoint: str) -> Iterator[Recording]:
+    recorder = Recorder()
+    rigs: dict[str, tuple[dict[str, str], dict[str, dict[str, str]]]] = {}
+    template = load_template(ROOT / "template.yaml")
+    traingate = TrainGateStandIn(callback_key=CALLBACK_KEY)
+    sets: list[tuple[str, str, Callable[[Rig], None]]] = [
+        ("direct", "direct", direct_paths),
+        ("queue", "queue", queue_paths),
+        ("direct, given secret", "direct", given_secret_paths),
+    ]
+    real_create_client = botocore.session.Session.create_client
+
+    def create_client(self: botocore.session.Session, *args: Any, **kwargs: Any) -> Any:
+        # Every client made from now on is recorded: the runtime's (built on first use, in the
+        # handlers) and any a library might make of its own.
+        client = real_create_client(self, *args, **kwargs)
+        recorder.attach(client)
+        return client
+
+    with pytest.MonkeyPatch.context() as mp, ServerThread(traingate.app) as server:
+        for name in list(os.environ):
+            if name.upper().startswith(VARIABLE_PREFIXES):
+                mp.delenv(name)
+        mp.chdir(ROOT)
+        mp.setattr(botocore.session.Session, "create_client", create_client)
+        for mode, hand_off, paths in sets:
+            prefix = f"perm-{uuid.uuid4().hex[:8]}"
+            resources = provision(
+                moto_endpoint,
+                template_path=ROOT / "template.yaml",
+                agent_loop="examples.calculator.agent:agent_loop",
+                server_key=SERVER_KEY,
+                prefix=prefix,
+            )
+            env = function_environment(template, "ApiFunction", resources)
+            env["HAND_OFF"] = hand_off
+            parameters = {"HandOff": hand_off}
+            given = None
+            if "given" in mode:
+                secrets = local_client("secretsmanager", moto_endpoint)
+                given = secrets.create_secret(Name=f"{prefix}-given-key", SecretString=SERVER_KEY)[
+                    "ARN"
+                ]
+                env["SERVER_KEY_SECRET_ARN"] = given
+                parameters["ServerKeySecretArn"] = str(given)
+            for key, value in env.items():
+                mp.setenv(key, value)
+            module = import_handler(env)
+            rig = Rig(mode, parameters, module, resources, traingate, server.url, recorder)
+            try:
+                module.runtime.settings.client.retry_base_delay = 0.01
+                module.runtime.settings.client.retry_max_delay = 0.02
+                paths(rig)
+            finally:
+                module.runtime.close()
+                sys.modules.pop("handler", None)
+            rigs[mode] = (parameters, physical_names(resources, moto_endpoint, prefix, given))
+    reset_settings()
+    yield Recording(recorder, rigs)
+
+
+@pytest.fixture(scope="module")
+def translated() -> Any:
+    return translate()
+
+
+@dataclass
+class Check:
+    """The verdicts on one translation: every call's needs and every service need, per mode."""
+
+    verdicts: list[tuple[str, Verdict, Call | None]]  # (mode, verdict, the call; None: service)
+
+    @property
+    def denied(self) -> list[tuple[str, Verdict, Call | None]]:
+        return [v for v in self.verdicts if not v[1].allowed]
+
+
+def check(recording: Recording, translated: Any) -> Check:
+    verdicts: list[tuple[str, Verdict, Call | None]] = []
+    for mode, (parameters, names) in recording.rigs.items():
+        stack = Stack(translated, parameters, names)
+        functions = stack.functions()
+        for call in recording.recorder.calls:
+            if call.mode != mode:
+                continue
+            assert call.function in functions, (
+                f"{call.function} calls AWS but is not deployed in {mode}"
+            )
+            for verdict in stack.judge(call.function, needs_of(call)):
+                verdicts.append((mode, verdict, call))
+        for function in functions:
+            for verdict in stack.judge(function, stack.service_needs(function)):
+                verdicts.append((mode, verdict, None))
+    return Check(verdicts)
+
+
+def describe(
+    mode: str, verdict: Verdict, call: Call | None, names: dict[str, dict[str, str]]
+) -> str:
+    need = verdict.need
+    where = f"{call.scenario}" if call else "the Lambda service"
+    return f"[{mode}] {verdict.function}: {need.origin} -> {need.action} on {resource_label(need.resource, names)} ({where})"
+
+
+# ---------------------------------------------------------------------- the tests
+
+
+def test_every_call_each_function_makes_is_allowed_by_its_role(
+    recording: Recording, translated: Any
+) -> None:
+    result = check(recording, translated)
+    calls = [v for v in result.verdicts if v[2] is not None]
+    assert calls, "nothing was recorded"
+    # Every function made calls, in each mode that invokes it.
+    ran = {(c.mode, c.function) for c in recording.recorder.calls}
+    direct = {"ApiFunction", "WorkerFunction", "WorkerFailureFunction", "RedriveFunction"}
+    queue = {"ApiFunction", "QueueWorkerFunction", "DeadLetterFunction", "RedriveFunction"}
+    assert {f for m, f in ran if m == "direct"} == direct
+    assert {f for m, f in ran if m == "queue"} == queue
+
+    table: dict[str, dict[tuple[str, str, str, str], set[str]]] = defaultdict(
+        lambda: defaultdict(set)
+    )
+    for mode, verdict, _ in calls:
+        names = recording.rigs[mode][1]
+        statements = ", ".join(sorted({g.label for g in verdict.allowed_by})) or "DENIED"
+        row = (
+            verdict.need.origin,
+            verdict.need.action,
+            resource_label(verdict.need.resource, names),
+            statements,
+        )
+        table[verdict.function][row].add(mode)
+    print("\nEvery AWS call each function makes, and the statement that allows it:")
+    for function in sorted(table):
+        print(f"\n{function}")
+        for (origin, action, resource, statements), modes in sorted(table[function].items()):
+            print(
+                f"  {origin:36} {action:32} {resource:42} {statements}  [{'; '.join(sorted(modes))}]"
+            )
+
+    denied = [describe(m, v, c, recording.rigs[m][1]) for m, v, c in result.denied if c is not None]
+    assert denied == []
+
+
+def test_what_the_lambda_service_does_with_each_role_is_granted(
+    recording: Recording, translated: Any
+) -> None:
+    result = check(recording, translated)
+    service = [v for v in result.verdicts if v[2] is None]
+    assert any(v.need.action == "lambda:InvokeFunction" for _, v, _ in service)  # the destination
+    assert any(v.need.action == "sqs:ReceiveMessage" for _, v, _ in service)  # queue polling
+    rows: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    for _mode, verdict, _ in service:
+        statements = ", ".join(sorted({g.label for g in verdict.allowed_by})) or "DENIED"
+        rows[(verdict.function, verdict.need.origin, statements)].add(verdict.need.action)
+    print("\nWhat the Lambda service does with each role (the allowlist), and what grants it:")
+    for (function, origin, statements), actions in sorted(rows.items()):
+        print(f"  {function:22} {origin:58} {', '.join(sorted(actions))}: {statements}")
+    denied = [describe(m, v, c, recording.rigs[m][1]) for m, v, c in result.denied if c is None]
+    assert denied == []
+
+
+def unused_grants(recording: Recording, translated: Any) -> list[str]:
+    """Each action on each resource of a statement, in a HandOff mode in which its function
+    runs, that no call and no service need of that mode used (each scenario set resolves the
+    statement to its own resources: a statement is the same one by its label and position)."""
+    result = check(recording, translated)
+    used: set[tuple[str, str, str, str, int]] = set()
+    for mode, verdict, _ in result.verdicts:
+        hand_off = recording.rigs[mode][0]["HandOff"]
+        for grant in verdict.allowed_by:
+            for action in grant.actions:
+                for index, resource in enumerate(grant.resources):
+                    need = verdict.need
+                    if action_matches(action, need.action) and resource_matches(
+                        resource, need.resource
+                    ):
+                        used.add((hand_off, grant.function, grant.label, action, index))
+    invoked = recording.recorder.invoked
+    ran = {(recording.rigs[mode][0]["HandOff"], function) for mode, function in invoked}
+    unused = set()
+    for parameters, names in recording.rigs.values():
+        hand_off = parameters["HandOff"]
+        stack = Stack(translated, parameters, names)
+        for function in stack.functions():
+            if (hand_off, function) not in ran:
+                continue  # deployed, never invoked in this mode (the direct worker, with queue)
+            for grant in stack.grants(function):
+                if grant.source == "managed":
+                    continue  # the Lambda service's own; never trimmed
+                for action in grant.actions:
+                    for index, resource in enumerate(grant.resources):
+                        if (hand_off, function, grant.label, action, index) not in used:
+                            where = resource_label(resource, names)
+                            unused.add(
+                                f"HandOff={hand_off}: {function} {grant.label}: {action} on {where}"
+                            )
+    return sorted(unused)
+
+
+def test_no_statement_grants_what_nothing_uses(recording: Recording, translated: Any) -> None:
+    unused = unused_grants(recording, translated)
+    print("\nGranted but unused:" + ("".join(f"\n  {u}" for u in unused) or " none"))
+    assert unused == []
+
+
+def test_removing_any_one_statement_of_the_template_fails_the_check(
+    recording: Recording, translated: Any
+) -> None:
+    """The demonstration: each statement of template.yaml removed in turn from a copy, the copy
+    translated again, the same calls and service needs judged against it."""
+    labels: set[str] = set()
+    for parameters, names in recording.rigs.values():
+        stack = Stack(translated, parameters, names)
+        for function in stack.functions():
+            labels |= {
+                f"{function}.{g.label}" for g in stack.grants(function) if g.source == "template"
+            }
+    statements = sorted(labels)
+    assert len(statements) >= 10
+
+    def key(denied: tuple[str, Verdict, Call | None]) -> tuple[str, ...]:
+        mode, verdict, call = denied
+        need = verdict.need
+        return (
+            mode,
+            verdict.function,
+            need.origin,
+            need.action,
+            need.resource,
+            call.scenario if call else "",
+        )
+
+    baseline = {key(d) for d in check(recording, translated).denied}
+    variants = translate(*statements, each=True)
+    print("\nEach statement removed from a copy of template.yaml, translated again, checked:")
+    survived = []
+    for statement in statements:
+        denied = [d for d in check(recording, variants[statement]).denied if key(d) not in baseline]
+        if not denied:
+            survived.append(statement)
+        example = describe(*denied[0], recording.rigs[denied[0][0]][1]) if denied else "nothing"
+        print(f"  without {statement:40} -> {len(denied):3} denied, e.g. {example}")
+    assert survived == [], "statements nothing needs"
+
+
+def test_the_operation_table_checks_what_aws_checks() -> None:
+    def needs(service: str, operation: str, **params: Any) -> list[tuple[str, str]]:
+        call = Call("m", "s", "F", service, operation, params)
+        return [(n.action, n.resource) for n in needs_of(call)]
+
+    table = table_arn("t")
+    assert needs(
+        "dynamodb",
+        "TransactWriteItems",
+        TransactItems=[("Put", "t"), ("Delete", "t"), ("ConditionCheck", "t")],
+    ) == [
+        ("dynamodb:PutItem", table),
+        ("dynamodb:DeleteItem", table),
+        ("dynamodb:ConditionCheckItem", table),
+    ]
+    assert needs("dynamodb", "Query", TableName="t", IndexName="due") == [
+        ("dynamodb:Query", f"{table}/index/due")
+    ]
+    assert needs("s3", "HeadObject", Bucket="b", Key="k/1") == [
+        ("s3:GetObject", "arn:aws:s3:::b/k/1")
+    ]
+    assert needs(
+        "sqs", "SendMessage", QueueUrl="https://sqs.us-east-1.amazonaws.com/123456789012/q"
+    ) == [("sqs:SendMessage", "arn:aws:sqs:us-east-1:123456789012:q")]
+    assert needs("lambda", "Invoke", FunctionName="w") == [
+        ("lambda:InvokeFunction", function_arn("w"))
+    ]
+    with pytest.raises(KeyError, match="OPERATIONS"):
+        needs("dynamodb", "DescribeTable", TableName="t")
+    assert resource_matches("arn:aws:s3:::b/*", "arn:aws:s3:::b/k/1")
+    assert not resource_matches("arn:aws:s3:::b/*", "arn:aws:s3:::bb/k")
+    assert not resource_matches(table, f"{table}/index/due")  # an index needs its own grant
+    assert Need("a", "r", "o") == Need("a", "r", "o")
