@@ -314,6 +314,21 @@ MANAGED_POLICIES: dict[str, list[tuple[tuple[str, ...], tuple[str, ...]]]] = {
             ("*",),
         ),
     ],
+    # SAM adds it to every function with Tracing: Active (what the X-Ray daemon in Lambda's
+    # environment sends with; its sampling reads are the daemon's too). Its document as AWS
+    # publishes it: docs.aws.amazon.com/aws-managed-policy/latest/reference/AWSXrayWriteOnlyAccess.html
+    "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess": [
+        (
+            (
+                "xray:PutTraceSegments",
+                "xray:PutTelemetryRecords",
+                "xray:GetSamplingRules",
+                "xray:GetSamplingTargets",
+                "xray:GetSamplingStatisticSummaries",
+            ),
+            ("*",),
+        ),
+    ],
     "arn:aws:iam::aws:policy/service-role/AWSLambdaSQSQueueExecutionRole": [
         (
             (
