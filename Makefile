@@ -104,12 +104,23 @@ define lambda_artifact
 		--only-binary=:all: --target "$(ARTIFACTS_DIR)" \
 		-c constraints.txt -r infra/requirements-lambda.txt -r requirements.txt
 	rm -rf "$(ARTIFACTS_DIR)"/*.dist-info/RECORD "$(ARTIFACTS_DIR)/bin"
+	# aws-xray-sdk requires botocore, which brings urllib3, python-dateutil and six: the Lambda
+	# Python runtime provides all four (with boto3), so the artifact does not ship them (22 MB).
+	rm -rf "$(ARTIFACTS_DIR)"/botocore "$(ARTIFACTS_DIR)"/botocore-*.dist-info \
+		"$(ARTIFACTS_DIR)"/urllib3 "$(ARTIFACTS_DIR)"/urllib3-*.dist-info \
+		"$(ARTIFACTS_DIR)"/dateutil "$(ARTIFACTS_DIR)"/python_dateutil-*.dist-info \
+		"$(ARTIFACTS_DIR)"/six.py "$(ARTIFACTS_DIR)"/six-*.dist-info
 	# Only what runs: no type stubs, no test folders of dependencies, stripped extensions, and
 	# not Powertools' event_handler (2 MB; the API is FastAPI behind Mangum, never imported).
 	find "$(ARTIFACTS_DIR)" \( -name '*.pyi' -o -name 'py.typed' \) -delete
 	find "$(ARTIFACTS_DIR)" -mindepth 2 -type d \( -name tests -o -name __pycache__ \) -prune -exec rm -rf {} +
 	rm -rf "$(ARTIFACTS_DIR)/aws_lambda_powertools/event_handler"
 	find "$(ARTIFACTS_DIR)" -name '*.so' -exec strip --strip-unneeded {} + 2>/dev/null || true
+	# Bytecode by the runtime's own Python: Lambda's code folder is read-only, so without it
+	# every cold start compiles every module from source. unchecked-hash, because a zip keeps
+	# file times only to 2 seconds (a timestamp check could reject every .pyc); make package
+	# checks that a fresh process compiles nothing from source.
+	python$(LAMBDA_PYTHON) -m compileall -q -j 0 --invalidation-mode unchecked-hash "$(ARTIFACTS_DIR)" > /dev/null
 endef
 
 build-ApiFunction:
