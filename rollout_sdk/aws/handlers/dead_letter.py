@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
     from rollout_sdk.aws.runtime import InvocationContext, LambdaRuntime
-    from rollout_sdk.dispatch.sqs import QueuedJob
 
 logger = logging.getLogger("rollout_sdk.lambda")
 
@@ -70,34 +69,21 @@ def _report(
         logger.error("malformed dead letter dropped: %s", exc)
         return
     with rollout_scope(queued.rollout_id):  # every log line of it carries its rollout_id
-        _report_job(runtime, record, queued, meter, settled, kept, batch=batch)
-
-
-def _report_job(
-    runtime: LambdaRuntime,
-    record: SQSRecord,
-    queued: QueuedJob,
-    meter: cost.RolloutMeter | None,
-    settled: list[dict[str, str]],
-    kept: list[str],
-    *,
-    batch: int,
-) -> None:
-    if meter is not None:
-        meter.carry(queued.cost)  # the API function's part
-        cost.queued(meter, batch=batch)
-    try:
-        job = runtime.run(
-            open_job(runtime, queued, then="the dead letter is kept and delivered again")
-        )
-    except StoreError:
-        kept.append(queued.rollout_id)
-        return
-    if job is None:
-        return
-    receives = (record.get("attributes") or {}).get("ApproximateReceiveCount", "?")
-    reason = f"the queued rollout failed {receives} times (dead-letter queue)"
-    settled_record = runtime.run(runtime.settlement.report_failed_job(job, reason=reason))
+        if meter is not None:
+            meter.carry(queued.cost)  # the API function's part
+            cost.queued(meter, batch=batch)
+        try:
+            job = runtime.run(
+                open_job(runtime, queued, then="the dead letter is kept and delivered again")
+            )
+        except StoreError:
+            kept.append(queued.rollout_id)
+            return
+        if job is None:
+            return
+        receives = (record.get("attributes") or {}).get("ApproximateReceiveCount", "?")
+        reason = f"the queued rollout failed {receives} times (dead-letter queue)"
+        settled_record = runtime.run(runtime.settlement.report_failed_job(job, reason=reason))
     settled.append(
         {
             "rollout_id": job.rollout_id,
