@@ -461,14 +461,81 @@ async def _exchange(client: Poster, rollout_id: str, question: str, truth: str) 
     _ok(status, "completed")
 
 
+class AiohttpPoster:
+    """The same through a shared ``aiohttp.ClientSession`` (``post`` and ``response.json()``)."""
+
+    def __init__(self, session: Any, base_url: str) -> None:
+        self.session = session
+        self.base_url = base_url
+
+    async def post_json(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        async with self.session.post(self.base_url + path, json=body) as response:
+            return response.status, await response.json()
+
+
+class TransportPoster:
+    """The kit's way: an ``httpx.Request`` straight to the kit's transport, no client above."""
+
+    def __init__(self, transport: httpx.AsyncBaseTransport, base_url: str, headers: Any) -> None:
+        self.transport = transport
+        self.base_url = base_url
+        self.headers = {**headers, "Content-Type": "application/json"}
+
+    async def post_json(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        request = httpx.Request(
+            "POST", self.base_url + path, headers=self.headers, content=json.dumps(body).encode()
+        )
+        response = await self.transport.handle_async_request(request)
+        return response.status_code, json.loads(response.content)
+
+
+#: The bare clients: how each builds its shared poster (an async context manager), by name.
+BARE_CLIENTS = ("raw", "httpx", "httpx2", "httpx-aiohttp", "aiohttp", "kit-transport")
+
+
+@contextlib.asynccontextmanager
+async def shared_poster(client: str, url: str, authorization: str) -> Any:
+    """One shared client of the named stack, with its default pool, as a :class:`Poster`."""
+    headers = {"Authorization": authorization}
+    if client == "aiohttp":
+        import aiohttp
+
+        async with aiohttp.ClientSession(headers=headers) as session:
+            yield AiohttpPoster(session, url)
+        return
+    if client == "httpx2":
+        import httpx2
+
+        async with httpx2.AsyncClient(base_url=url, headers=headers, timeout=60.0) as http2:
+            yield HttpxPoster(http2)  # type: ignore[arg-type]
+        return
+    if client == "kit-transport":
+        from rollout_sdk.engine.transport import AiohttpTransport as KitTransport
+
+        kit = KitTransport()
+        try:
+            yield TransportPoster(kit, url, headers)
+        finally:
+            await kit.aclose()
+        return
+    transport: httpx.AsyncBaseTransport | None = None
+    if client == "httpx-aiohttp":
+        from httpx_aiohttp import AiohttpTransport
+
+        transport = AiohttpTransport()
+    async with httpx.AsyncClient(
+        base_url=url, headers=headers, timeout=60.0, transport=transport
+    ) as http:
+        yield HttpxPoster(http)
+
+
 async def bare_client(
     url: str, callback_key: str, *, total: int, concurrency: int, tag: str, client: str
 ) -> dict[str, Any]:
     """Run ``total`` bare exchanges with ``concurrency`` in flight; errors by type.
 
-    ``client`` "raw": one kept-alive HTTP/1.1 connection per slot; "httpx": one shared
-    ``httpx.AsyncClient`` with httpx's default pool (100 connections, 20 kept alive: the same
-    limits as the kit's TrainGate client by default).
+    ``client`` "raw": one kept-alive HTTP/1.1 connection per slot; any other of
+    :data:`BARE_CLIENTS`: one shared client of that stack with its default pool.
     """
     questions = make_questions(total)
     errors: Counter[str] = Counter()
@@ -476,10 +543,7 @@ async def bare_client(
     split = urlsplit(url)
     host, port = split.hostname or "127.0.0.1", split.port or 80
     cpu_before = time.process_time()
-    async with httpx.AsyncClient(
-        base_url=url, headers={"Authorization": authorization}, timeout=60.0
-    ) as http:
-        shared = HttpxPoster(http)
+    async with shared_poster("httpx" if client == "raw" else client, url, authorization) as shared:
         pending = list(range(total))
         pending.reverse()
 
@@ -494,7 +558,7 @@ async def bare_client(
                     question, answer = questions[i]
                     try:
                         await _exchange(poster, f"bench-{tag}-{i:05d}", question, answer)
-                    except (OSError, httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+                    except Exception as exc:
                         errors[type(exc).__name__] += 1
                         if raw is not None:
                             await raw.aclose()
@@ -571,7 +635,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.throughput")
     parser.add_argument("mode", choices=[BASELINE])
     parser.add_argument("--url", required=True)
-    parser.add_argument("--client", choices=("raw", "httpx"), default="raw")
+    parser.add_argument("--client", choices=BARE_CLIENTS, default="raw")
     parser.add_argument("--rollouts", type=int, required=True)
     parser.add_argument("--concurrency", type=int, required=True)
     parser.add_argument("--tag", required=True)

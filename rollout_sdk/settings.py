@@ -40,8 +40,10 @@ class RolloutClientSettings(BaseSettings):
     retry_base_delay: float = Field(1.0, ge=0, le=600)
     retry_max_delay: float = Field(30.0, ge=0, le=3600)
     max_connections: int = Field(100, ge=1, le=100_000)
-    # 20, as the reference: measured by `make bench`, a larger pool costs more than it saves,
-    # because httpcore checks every pooled connection on each request.
+    # Accepted and checked, as in v1, but the kit's aiohttp pool has no cap of its own on idle
+    # connections: they are bounded by max_connections and dropped after 4 s idle
+    # (rollout_sdk/engine/transport.py). httpx's own pool, given as the client's transport,
+    # honours it.
     max_keepalive_connections: int = Field(20, ge=0, le=100_000)
 
     @model_validator(mode="after")

@@ -1,9 +1,20 @@
 """The TrainGate client: one per process, shared by every rollout (protocol.md section 5).
 
-One ``httpx.AsyncClient`` holds one connection pool and one TLS context for the whole process; the
-reference built a client per rollout and paid about 22 ms of CPU per TLS context. Retries follow the
-kit rules: 5xx, 408, 429, timeouts and dropped connections are retried with exponential backoff and
-jitter, ``Retry-After`` is honoured, any 2xx is success, any other 4xx is final.
+One transport holds one connection pool and one TLS context for the whole process; the reference
+built a client per rollout and paid about 22 ms of CPU per TLS context. Each call builds an
+``httpx.Request`` and hands it straight to an ``httpx.AsyncBaseTransport``: by default the kit's
+:class:`~rollout_sdk.engine.transport.AiohttpTransport` (chosen by measurement, see that module),
+in tests ``httpx.MockTransport``. ``httpx.AsyncClient`` is not used: its per-request work
+(merging URLs, headers and cookies, auth and redirect flows) cost more CPU than the whole
+exchange on the wire, and TrainGate needs none of it.
+
+Retries follow the kit rules: 5xx, 408, 429, timeouts and dropped connections are retried with
+exponential backoff and jitter, ``Retry-After`` is honoured, any 2xx is success, any other 4xx is
+final. A request that fails on a reused pooled connection before any answer
+(:class:`~rollout_sdk.engine.transport.StaleConnectionError`) is sent once more at once, on a new
+connection, without counting against the retries: the server most likely closed the idle
+connection, and the one duplicate this can make (the first copy had arrived after all) is the
+one HTTP allows for a POST whose answer was lost (docs/architecture.md, "Duplicates").
 
 Nothing above this module sees an httpx exception: each is translated into the kit's own tree.
 """
@@ -38,6 +49,14 @@ CHAT_PATH = "/v1/chat/completions"
 COMPLETED_PATH = "/v1/rollout/completed"
 
 Sleep = Callable[[float], Awaitable[None]]
+
+#: Distinct endpoint URLs kept parsed (one TrainGate has two; a shared server sees a few).
+_URL_CACHE_SIZE = 64
+
+
+def _encode(body: Any) -> bytes:
+    """JSON once, compact, UTF-8; NaN and infinities are refused (ValueError): JSON has none."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
 def is_retryable_status(status_code: int) -> bool:
@@ -97,7 +116,8 @@ def _is_timeout(exc: BaseException | None) -> bool:
 class TrainGateClient:
     """Calls TrainGate's chat and completion endpoints with the kit's retry rules.
 
-    ``transport``, ``sleep`` and ``jitter`` are seams for tests (``httpx.MockTransport``, a fake sleep).
+    ``transport`` (any ``httpx.AsyncBaseTransport``: ``httpx.MockTransport`` in tests,
+    ``httpx.AsyncHTTPTransport`` for httpx's own pool), ``sleep`` and ``jitter`` are seams.
     ``telemetry`` gets each chat call's latency (and a span), and each callback POST.
     """
 
@@ -111,36 +131,45 @@ class TrainGateClient:
         telemetry: Telemetry = NO_TELEMETRY,
     ) -> None:
         self.settings = settings or RolloutClientSettings()
-        self._transport = transport
+        self._given = transport
+        self._transport: httpx.AsyncBaseTransport | None = transport
         self._sleep = sleep
         self._jitter = jitter
         self.telemetry = telemetry
-        self._http: httpx.AsyncClient | None = None
+        # Built once, not per request: httpx's timeout extension, and each endpoint's URL
+        # (parsing a URL is a tenth of an exchange's CPU).
+        self._timeouts = {
+            name: self.settings.timeout_seconds for name in ("connect", "read", "write", "pool")
+        }
+        self._urls: dict[str, httpx.URL] = {}
 
     @property
-    def http(self) -> httpx.AsyncClient:
-        """The shared ``httpx.AsyncClient``, built on first use."""
-        if self._http is None:
-            # Imported here, not at the top: the API function never calls TrainGate, and httpx
-            # is a tenth of its cold start.
-            import httpx
+    def transport(self) -> httpx.AsyncBaseTransport:
+        """The shared transport (one pool for the process), built on first use."""
+        if self._transport is None:
+            # Imported here, not at the top: the API function never calls TrainGate, and the
+            # HTTP stack is a tenth of its cold start.
+            from rollout_sdk.engine.transport import AiohttpTransport
 
-            s = self.settings
-            self._http = httpx.AsyncClient(
-                timeout=httpx.Timeout(s.timeout_seconds),
-                limits=httpx.Limits(
-                    max_connections=s.max_connections,
-                    max_keepalive_connections=s.max_keepalive_connections,
-                ),
-                transport=self._transport,
-            )
-        return self._http
+            self._transport = AiohttpTransport(max_connections=self.settings.max_connections)
+        return self._transport
 
     async def aclose(self) -> None:
-        """Close the connection pool."""
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
+        """Close the connection pool; the next call opens a new one (after a restored snapshot,
+        say)."""
+        transport, self._transport = self._transport, self._given
+        if transport is not None:
+            await transport.aclose()
+
+    def _url(self, url: str) -> httpx.URL:
+        parsed = self._urls.get(url)
+        if parsed is None:
+            import httpx
+
+            if len(self._urls) >= _URL_CACHE_SIZE:
+                self._urls.clear()
+            parsed = self._urls[url] = httpx.URL(url)
+        return parsed
 
     def backoff(self, attempt: int, retry_after: float | None = None) -> float:
         """Delay before retry ``attempt`` (0-based): capped exponential with jitter, or Retry-After."""
@@ -153,26 +182,56 @@ class TrainGateClient:
             delay = max(delay, min(retry_after, s.timeout_seconds))
         return delay
 
-    async def _post(self, url: str, body: Any, api_key: str | None) -> httpx.Response:
+    async def _send(self, url: str, content: bytes, api_key: str | None) -> httpx.Response:
+        """One POST of ``content``, its answer read whole."""
         import httpx
 
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        headers = [(b"Content-Type", b"application/json")]
+        if api_key:
+            headers.append((b"Authorization", b"Bearer " + api_key.encode()))
+        request = httpx.Request(
+            "POST",
+            self._url(url),
+            headers=headers,
+            content=content,
+            extensions={"timeout": self._timeouts},
+        )
+        answer = await self.transport.handle_async_request(request)
         try:
-            return await self.http.post(url, json=body, headers=headers)
+            await answer.aread()
+        finally:
+            await answer.aclose()
+        return answer
+
+    async def _post(self, url: str, content: bytes, api_key: str | None) -> httpx.Response:
+        """:meth:`_send`, sent once more at once when a reused connection failed before any
+        answer; every other failure becomes a :class:`_RetryableFailure`."""
+        import httpx
+
+        from rollout_sdk.engine.transport import StaleConnectionError
+
+        try:
+            try:
+                return await self._send(url, content, api_key)
+            except StaleConnectionError:
+                # Not counted against the retries: see the module's docstring.
+                return await self._send(url, content, api_key)
         except httpx.TimeoutException as exc:
             raise _RetryableFailure(f"timed out calling {url}: {type(exc).__name__}") from exc
         except httpx.TransportError as exc:
             raise _RetryableFailure(f"could not reach {url}: {type(exc).__name__}: {exc}") from exc
 
-    async def _exchange(self, url: str, body: Any, api_key: str | None, retries: int) -> _Exchange:
-        """POST ``body`` until an answer that is not worth retrying (2xx or a final 4xx), or until
-        ``retries`` retries have run out; the one retry loop of both TrainGate calls."""
+    async def _exchange(
+        self, url: str, content: bytes, api_key: str | None, retries: int
+    ) -> _Exchange:
+        """POST ``content`` until an answer that is not worth retrying (2xx or a final 4xx), or
+        until ``retries`` retries have run out; the one retry loop of both TrainGate calls."""
         answer: httpx.Response | None = None
         failure: _RetryableFailure | None = None
         for attempt in range(retries + 1):
             retry_after: float | None = None
             try:
-                answer, failure = await self._post(url, body, api_key), None
+                answer, failure = await self._post(url, content, api_key), None
             except _RetryableFailure as exc:
                 answer, failure = None, exc
             else:
@@ -204,7 +263,7 @@ class TrainGateClient:
         self, server_url: str, body: dict[str, Any], api_key: str | None
     ) -> CompletionsResponse:
         outcome = await self._exchange(
-            server_url + CHAT_PATH, body, api_key, self.settings.max_retries
+            server_url + CHAT_PATH, _encode(body), api_key, self.settings.max_retries
         )
         if outcome.failure is not None or outcome.answer is None:
             cause = outcome.failure.__cause__ if outcome.failure is not None else None
@@ -215,8 +274,9 @@ class TrainGateClient:
         code = answer.status_code
         if 200 <= code < 300:
             try:
-                return CompletionsResponse.model_validate(answer.json())
-            except (ValueError, json.JSONDecodeError) as exc:
+                # Parsed and validated in one pass by pydantic-core, from the bytes.
+                return CompletionsResponse.model_validate_json(answer.content)
+            except ValueError as exc:
                 raise OsmosisServerError(
                     f"TrainGate answered {code} with a body that is not a chat completion: {exc}",
                     code,
@@ -235,15 +295,17 @@ class TrainGateClient:
         self, server_url: str, response: RolloutResponse, *, api_key: str | None
     ) -> DeliveryResult:
         """POST the final response until a 2xx, a final 4xx, or the retries run out. Never raises."""
-        body = response.model_dump(mode="json")
         try:
-            json.dumps(body, allow_nan=False)
+            content = _encode(response.model_dump(mode="json"))
         except ValueError as exc:
             # No attempt can succeed; a final failure, recorded, rather than an exception.
             return DeliveryResult(False, True, 0, None, f"response is not valid JSON: {exc}")
         with self.telemetry.span(Span.CALLBACK, rollout_id=response.rollout_id):
             outcome = await self._exchange(
-                server_url + COMPLETED_PATH, body, api_key, self.settings.complete_rollout_retries
+                server_url + COMPLETED_PATH,
+                content,
+                api_key,
+                self.settings.complete_rollout_retries,
             )
         self.telemetry.count(Metric.CALLBACK_ATTEMPTS, outcome.attempts)
         if outcome.answer is None:

@@ -16,6 +16,11 @@ from rollout_sdk.engine.client import (
     is_retryable_status,
     parse_retry_after,
 )
+from rollout_sdk.engine.transport import (
+    KEEPALIVE_EXPIRY_SECONDS,
+    AiohttpTransport,
+    StaleConnectionError,
+)
 from rollout_sdk.errors import (
     OsmosisServerError,
     OsmosisTimeoutError,
@@ -358,37 +363,49 @@ async def test_no_authorization_header_without_callback_key() -> None:
     assert all("authorization" not in r.headers for r in gate.requests)
 
 
-async def test_one_http_client_is_shared_across_calls(monkeypatch: pytest.MonkeyPatch) -> None:
-    built: list[httpx.AsyncClient] = []
-
-    class CountingClient(httpx.AsyncClient):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            built.append(self)
-
-    monkeypatch.setattr(httpx, "AsyncClient", CountingClient)
-    gate = FakeTrainGate()
-    client = make_client(gate, FakeSleep())
-    for _ in range(3):
-        await client.chat(TRAINGATE, CHAT_BODY, api_key="a")
-        await client.complete_rollout(TRAINGATE, final_response(), api_key="b")
-    assert len(gate.requests) == 6
-    assert len(built) == 1
-    assert client.http is built[0]
-    await client.aclose()
-    assert built[0].is_closed
-
-
-async def test_http_client_uses_the_configured_timeout() -> None:
-    client = TrainGateClient(
-        RolloutClientSettings(timeout_seconds=12.5, max_connections=7, max_keepalive_connections=3)
-    )
-    assert client.http.timeout == httpx.Timeout(12.5)
-    await client.aclose()
-
-
-def test_pool_limits_take_effect() -> None:
+async def test_one_transport_is_shared_across_calls_and_rebuilt_after_close() -> None:
     client = TrainGateClient(RolloutClientSettings(max_connections=7, max_keepalive_connections=3))
-    # httpx keeps the pool private; its httpcore pool is where the limits bind.
-    pool = client.http._transport._pool  # type: ignore[attr-defined]
-    assert (pool._max_connections, pool._max_keepalive_connections) == (7, 3)
+    transport = client.transport
+    assert isinstance(transport, AiohttpTransport)
+    assert client.transport is transport
+    assert transport.max_connections == 7
+    # Below uvicorn's 5 s idle timeout, so the pool rarely offers a connection already closed.
+    assert transport.keepalive_expiry == KEEPALIVE_EXPIRY_SECONDS < 5
+    await client.aclose()
+    assert client.transport is not transport
+
+
+async def test_every_request_carries_the_configured_timeout() -> None:
+    gate = FakeTrainGate()
+    client = make_client(gate, FakeSleep(), timeout_seconds=12.5)
+    await client.chat(TRAINGATE, CHAT_BODY, api_key="a")
+    await client.complete_rollout(TRAINGATE, final_response(), api_key="b")
+    expected = {"connect": 12.5, "read": 12.5, "write": 12.5, "pool": 12.5}
+    assert [r.extensions["timeout"] for r in gate.requests] == [expected, expected]
+    await client.aclose()
+
+
+async def test_a_stale_pooled_connection_is_retried_once_at_once_without_using_a_retry() -> None:
+    stale = StaleConnectionError("pooled connection failed")
+    gate = FakeTrainGate(chat=[stale, httpx.Response(200, json=completion())])
+    sleep = FakeSleep()
+    client = make_client(gate, sleep, max_retries=0)
+    result = await client.chat(TRAINGATE, CHAT_BODY, api_key="a")
+    assert result.choices
+    assert len(gate.requests) == 2
+    assert sleep.calls == []
+    await client.aclose()
+
+
+async def test_a_second_stale_failure_in_a_row_counts_as_an_attempt() -> None:
+    stale = StaleConnectionError("pooled connection failed")
+    gate = FakeTrainGate(completed=[stale])
+    sleep = FakeSleep()
+    client = make_client(gate, sleep, complete_rollout_retries=1)
+    result = await client.complete_rollout(TRAINGATE, final_response(), api_key="b")
+    # Each attempt: the request and its one immediate re-send; one retry after a backoff.
+    assert (result.delivered, result.final, result.attempts) == (False, False, 2)
+    assert "StaleConnectionError" in str(result.error)
+    assert len(gate.requests) == 4
+    assert len(sleep.calls) == 1
+    await client.aclose()

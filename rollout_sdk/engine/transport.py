@@ -1,0 +1,170 @@
+"""The HTTP stack under the TrainGate client: an ``httpx`` transport over an ``aiohttp`` pool.
+
+Chosen by measurement (``python -m bench.clients``, README "Speed"): per rollout (two chat calls
+and one callback), httpx's own pool (httpcore) cost the client process about 14 ms of CPU,
+httpx2 about 7, httpx with the httpx-aiohttp transport about 4.4, aiohttp alone about 2; this
+transport, called without ``httpx.AsyncClient`` above it, comes within a few tenths of a
+millisecond of aiohttp alone. httpcore's pool looks at every pooled connection on each request
+(encode/httpcore#1035); aiohttp keeps idle connections per host in a queue and takes the newest.
+
+The seam stays httpx's: :class:`~rollout_sdk.engine.client.TrainGateClient` builds an
+``httpx.Request`` and hands it to any ``httpx.AsyncBaseTransport``; tests give it
+``httpx.MockTransport``, and ``httpx.AsyncHTTPTransport`` still works. This module is written
+here rather than taken from the httpx-aiohttp package because the client's error rules need what
+that package does not give: every aiohttp failure mapped to the httpx exception that says what
+happened (it maps a dropped connection to ``ConnectTimeout``), and whether the failed request
+went out on a connection taken from the pool (:class:`StaleConnectionError`). It reads each body
+whole (TrainGate's answers are small JSON), so there is no stream to manage.
+
+Stale connections: a pooled connection may have been closed by the server (uvicorn closes one
+idle for 5 s; a thawed Lambda environment may hold connections the far end forgot long ago).
+Idle connections are dropped after :data:`KEEPALIVE_EXPIRY_SECONDS`, below those idle timeouts,
+and a request that fails on a reused connection before any answer raises
+:class:`StaleConnectionError`, which the client retries once at once.
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import httpx
+
+if TYPE_CHECKING:
+    from types import SimpleNamespace
+
+#: Seconds an idle pooled connection is kept: below the idle timeouts of common servers
+#: (uvicorn 5 s, gunicorn 2 s is the exception, nginx 75 s, AWS ALB 60 s), so the pool rarely
+#: offers a connection its server has already closed.
+KEEPALIVE_EXPIRY_SECONDS = 4.0
+
+
+class StaleConnectionError(httpx.RemoteProtocolError):
+    """The request went out on a pooled connection that failed before any answer came back:
+    most likely the server had closed it while it sat idle. The request may or may not have
+    reached the server (a POST's delivery cannot be known once bytes were sent)."""
+
+
+class _RequestTrace:
+    """Per request: whether aiohttp took the connection from its pool."""
+
+    __slots__ = ("reused",)
+
+    def __init__(self) -> None:
+        self.reused = False
+
+
+async def _on_reuse(_session: Any, context: SimpleNamespace, _params: Any) -> None:
+    context.trace_request_ctx.reused = True
+
+
+def _timeout(extension: dict[str, float | None]) -> aiohttp.ClientTimeout:
+    # httpx's four timeouts onto aiohttp's: waiting for a pooled connection and connecting
+    # (``connect`` covers both), each socket read; no overall limit beyond those, as httpx.
+    return aiohttp.ClientTimeout(
+        total=None,
+        connect=extension.get("pool"),
+        sock_connect=extension.get("connect"),
+        sock_read=extension.get("read"),
+    )
+
+
+class AiohttpTransport(httpx.AsyncBaseTransport):
+    """An ``httpx`` transport that sends each request through one shared ``aiohttp`` session.
+
+    The session (and its connector) is built on first use, inside the running event loop, and
+    rebuilt after :meth:`aclose` (a restored snapshot, a closed client).
+    """
+
+    def __init__(
+        self,
+        *,
+        max_connections: int = 100,
+        keepalive_expiry: float = KEEPALIVE_EXPIRY_SECONDS,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.max_connections = max_connections
+        self.keepalive_expiry = keepalive_expiry
+        self._ssl = ssl_context
+        self._session: aiohttp.ClientSession | None = None
+        self._timeouts: dict[tuple[float | None, ...], aiohttp.ClientTimeout] = {}
+
+    def _open(self) -> aiohttp.ClientSession:
+        trace = aiohttp.TraceConfig()
+        trace.on_connection_reuseconn.append(_on_reuse)
+        connector = aiohttp.TCPConnector(
+            limit=self.max_connections,
+            keepalive_timeout=self.keepalive_expiry,
+            # aiohttp's default context (the system's trust store, verified), built when aiohttp
+            # is imported: a second one would cost about 50 ms of CPU on the first call.
+            ssl=self._ssl if self._ssl is not None else True,
+        )
+        return aiohttp.ClientSession(
+            connector=connector,
+            # httpx decodes the body by its Content-Encoding; TrainGate sets no cookies.
+            auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            trace_configs=[trace],
+        )
+
+    def _timeout_for(self, request: httpx.Request) -> aiohttp.ClientTimeout:
+        extension = request.extensions.get("timeout") or {}
+        key = tuple(extension.get(name) for name in ("connect", "read", "write", "pool"))
+        timeout = self._timeouts.get(key)
+        if timeout is None:
+            timeout = self._timeouts[key] = _timeout(extension)
+        return timeout
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._session is None or self._session.closed:
+            self._session = self._open()
+        trace = _RequestTrace()
+        try:
+            async with self._session.request(
+                request.method,
+                str(request.url),
+                headers=request.headers.multi_items(),
+                data=request.content or None,
+                allow_redirects=False,
+                timeout=self._timeout_for(request),
+                trace_request_ctx=trace,
+            ) as answer:
+                body = await answer.read()
+                return httpx.Response(
+                    answer.status,
+                    headers=answer.raw_headers,
+                    content=body,
+                    request=request,
+                    extensions={"http_version": b"HTTP/1.1"},
+                )
+        except aiohttp.ClientError as exc:
+            raise _translate(exc, request, reused=trace.reused) from exc
+        except TimeoutError as exc:
+            raise httpx.ReadTimeout(f"no answer in time: {exc}", request=request) from exc
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _translate(exc: aiohttp.ClientError, request: httpx.Request, *, reused: bool) -> Exception:
+    """The httpx exception that says what happened (the client's rules are written on httpx's
+    tree); the most specific aiohttp classes first."""
+    message = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return httpx.ConnectTimeout(message, request=request)
+    if isinstance(exc, aiohttp.ServerTimeoutError):
+        return httpx.ReadTimeout(message, request=request)
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return httpx.ConnectError(message, request=request)
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
+        if reused:
+            return StaleConnectionError(f"pooled connection failed: {message}", request=request)
+        return httpx.ReadError(message, request=request)
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return httpx.ReadError(message, request=request)
+    if isinstance(exc, aiohttp.InvalidURL):
+        return httpx.UnsupportedProtocol(message, request=request)
+    return httpx.RemoteProtocolError(message, request=request)
