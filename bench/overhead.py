@@ -1,6 +1,7 @@
 """SDK overhead per chat call: ``RolloutLLMClient.chat_completions`` through the shared
-``TrainGateClient``, against a raw ``httpx.AsyncClient.post`` (and ``response.json()``) of the
-same body to the same loopback endpoint.
+``TrainGateClient``, against a raw ``aiohttp.ClientSession.post`` (and ``response.json()``) of
+the same body to the same loopback endpoint: the HTTP stack under the SDK's client, so the
+difference is what the SDK adds (request building, retries, validation, telemetry).
 
 Both run in this process, one call at a time, interleaved (the order alternates every pair) so
 drift hits both alike; the stand-in runs in a process of its own so it never holds this
@@ -17,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import httpx
+import aiohttp
 
 from bench.common import median
 from rollout_sdk.agent.loop import RolloutLLMClient
@@ -47,15 +48,15 @@ async def _measure(url: str, callback_key: str, *, calls: int, warmup: int) -> O
     body = llm.build_request(messages, **COMPLETION_PARAMS)
     headers = {"Authorization": f"Bearer {callback_key}"}
     try:
-        async with httpx.AsyncClient(timeout=30.0) as raw:
+        async with aiohttp.ClientSession() as raw:
 
             async def sdk_call() -> None:
                 await llm.chat_completions(messages, **COMPLETION_PARAMS)
 
             async def raw_call() -> None:
-                response = await raw.post(url + CHAT_PATH, json=body, headers=headers)
-                response.raise_for_status()
-                response.json()
+                async with raw.post(url + CHAT_PATH, json=body, headers=headers) as response:
+                    response.raise_for_status()
+                    await response.json()
 
             for _ in range(warmup):
                 await sdk_call()

@@ -6,11 +6,14 @@ time, not a queue of inits; the baseline client starts a new exchange when one e
 ``warmup`` rollouts fill the pipeline and are not counted: the window runs from the
 ``warmup``-th callback to the last, and covers exactly ``rollouts`` rollouts.
 
-The baseline is a bare ``httpx`` client in its own process doing what the calculator agent does on
-the wire (two chat calls and one completion post per rollout; no init, no server between), so
-the kit and the baseline both run beside the stand-in's process, each in a process of its own.
+The baseline is a bare client in its own process doing what the calculator agent does on the
+wire (two chat calls and one completion post per rollout; no init, no server between), on one of
+:data:`BARE_CLIENTS`: raw asyncio streams, httpx, httpx2, httpx over the httpx-aiohttp transport,
+aiohttp, or the kit's own transport without the kit; so the kit and the baseline both run beside
+the stand-in, each in a process of its own.
 
-    python -m bench.throughput baseline --url URL --callback-key KEY ...   (the baseline's client)
+    python -m bench.throughput baseline --url URL --client NAME ...   (the baseline's client)
+    python -m bench.throughput kit --store sqlite --runs 3 [--serve-args "--loop uvloop"]
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -272,9 +275,10 @@ def run_kit(
     deadline: float,
     env: dict[str, str] | None = None,
     attach: Attach | None = None,
+    serve_args: Sequence[str] = (),
 ) -> ThroughputRun:
-    """One run of ``rollout-sdk serve --store STORE``: a fresh server and stand-in, stopped in
-    every case. ``attach(pid)`` wraps the loaded phase (a profiler)."""
+    """One run of ``rollout-sdk serve --store STORE [serve_args]``: a fresh server and stand-in,
+    stopped in every case. ``attach(pid)`` wraps the loaded phase (a profiler)."""
     run = ThroughputRun(store, rollouts, warmup, concurrency)
     callback_key = secrets.token_urlsafe(16)
     began = time.monotonic()
@@ -283,7 +287,11 @@ def run_kit(
         standin_thread(callback_key) as (standin, signal, url),
     ):
         server = ServerProcess(
-            store=store, state_dir=state_dir, server_key=secrets.token_urlsafe(16), env=env
+            store=store,
+            state_dir=state_dir,
+            server_key=secrets.token_urlsafe(16),
+            env=env,
+            extra_args=serve_args,
         )
         try:
             server.start(timeout=min(60.0, deadline))
@@ -630,18 +638,54 @@ def run_baseline(
     return run
 
 
+def _kit_runs(args: argparse.Namespace) -> int:
+    """``kit``: ``--runs`` runs of the server alone, each run's rate and CPU, then the medians
+    (to compare server options, e.g. ``--serve-args "--loop uvloop --http httptools"``)."""
+    rates, cpu = [], []
+    for i in range(args.runs):
+        run = run_kit(
+            args.store,
+            rollouts=args.rollouts,
+            warmup=args.concurrency,
+            concurrency=args.concurrency,
+            deadline=300,
+            serve_args=args.serve_args.split(),
+        )
+        if run.failures:
+            print(f"run {i + 1}: FAILED, not measured: {run.failures}", file=sys.stderr)
+            return 1
+        rates.append(run.rate)
+        cpu.append(run.cpu_ms_per_rollout)
+        print(
+            f"run {i + 1}: {run.rate:.1f} rollouts/s, {run.cpu_ms_per_rollout:.2f} server CPU ms per rollout"
+        )
+    print(
+        f"median of {args.runs}: {sorted(rates)[len(rates) // 2]:.1f} rollouts/s, "
+        f"{sorted(cpu)[len(cpu) // 2]:.2f} ms per rollout ({args.store}, {args.serve_args or 'defaults'})"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """The baseline's client, run by :func:`run_baseline` (the key comes in the environment)."""
+    """The baseline's client, run by :func:`run_baseline` (the key comes in the environment);
+    ``kit`` runs the server alone (see :func:`_kit_runs`)."""
     parser = argparse.ArgumentParser(prog="python -m bench.throughput")
-    parser.add_argument("mode", choices=[BASELINE])
-    parser.add_argument("--url", required=True)
+    parser.add_argument("mode", choices=[BASELINE, "kit"])
+    parser.add_argument("--url", help="the stand-in (baseline)")
     parser.add_argument("--client", choices=BARE_CLIENTS, default="raw")
-    parser.add_argument("--rollouts", type=int, required=True)
-    parser.add_argument("--concurrency", type=int, required=True)
-    parser.add_argument("--tag", required=True)
+    parser.add_argument("--rollouts", type=int, default=500)
+    parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--tag", default="bench")
+    parser.add_argument("--store", default="sqlite", choices=("memory", "sqlite", "dynamodb"))
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--serve-args", default="", help="extra arguments of rollout-sdk serve (kit)"
+    )
     args = parser.parse_args(argv)
-    if urlsplit(args.url).hostname != "127.0.0.1":
-        parser.error("the baseline talks to a loopback stand-in only")
+    if args.mode == "kit":
+        return _kit_runs(args)
+    if args.url is None or urlsplit(args.url).hostname != "127.0.0.1":
+        parser.error("the baseline talks to a loopback stand-in only (--url http://127.0.0.1:PORT)")
     report = asyncio.run(
         bare_client(
             args.url,

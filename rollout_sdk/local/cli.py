@@ -102,7 +102,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         forgets = _what_a_restart_forgets(args.store, embedded=emulator is not None)
         if forgets:
             print(f"rollout-sdk: note: {forgets}", file=sys.stderr)
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+        uvicorn.run(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            access_log=False,
+            loop=args.loop,
+            http=args.http,
+        )
     except (ConfigurationError, StoreError) as exc:
         return _fail(str(exc), 1)
     finally:
@@ -353,6 +361,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
+    )
+    serve.add_argument(
+        "--loop",
+        default="auto",
+        choices=("auto", "asyncio", "uvloop"),
+        help="uvicorn's event loop (default auto: uvloop when installed, see the 'speed' extra)",
+    )
+    serve.add_argument(
+        "--http",
+        default="auto",
+        choices=("auto", "h11", "httptools"),
+        help="uvicorn's HTTP parser (default auto: httptools when installed)",
     )
     serve.set_defaults(func=_cmd_serve)
 
