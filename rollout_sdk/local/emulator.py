@@ -286,7 +286,9 @@ def _published_alias(lam: Any, function: str, template: dict[str, Any]) -> str |
         return str(lam.get_alias(FunctionName=function, Name=name)["AliasArn"])
     except lam.exceptions.ResourceNotFoundException:
         version = lam.publish_version(FunctionName=function)["Version"]
-        return str(lam.create_alias(FunctionName=function, Name=name, FunctionVersion=version)["AliasArn"])
+        return str(
+            lam.create_alias(FunctionName=function, Name=name, FunctionVersion=version)["AliasArn"]
+        )
 
 
 def provision_table(
