@@ -21,6 +21,7 @@ from rollout_sdk.aws.handlers import dead_letter, failure, queue
 from rollout_sdk.aws.handlers import redrive as redrive_schedule
 from rollout_sdk.aws.handlers import worker as worker_events
 from rollout_sdk.aws.runtime import LambdaRuntime
+from rollout_sdk.aws.snapstart import register as register_snapstart_hooks
 from rollout_sdk.engine.telemetry import RolloutLogFilter
 
 Handler = Callable[[dict[str, Any], LambdaContext], dict[str, Any]]
@@ -34,6 +35,9 @@ logger.registered_handler.addFilter(RolloutLogFilter())
 copy_config_to_registered_loggers(source_logger=logger, include={"rollout_sdk"})
 
 runtime = LambdaRuntime.from_environment()
+# SnapStart: after a resume from a snapshot, reseed random numbers and drop pooled connections
+# (a no-op where snapshot_restore_py is not importable, i.e. off Lambda).
+register_snapstart_hooks(runtime)
 # Built at the cold start (Metrics at module scope): with the template's Tracing parameter on,
 # this is where the X-Ray SDK is imported, once.
 telemetry = runtime.telemetry

@@ -6,6 +6,7 @@ Usage:
   python infra/transform.py template.yaml > transformed.json
   python infra/transform.py template.yaml --without ApiFunction.RolloutRecords   # that statement removed
   python infra/transform.py template.yaml --each --without A.X --without B.Y      # one translation each
+  python infra/transform.py template.yaml --parameter SnapStart=PublishedVersions  # a deploy's value
 
 A statement is named FUNCTION.SID: the statement with that Sid in the function's Policies (in an
 ``!If``, that branch becomes ``AWS::NoValue``); FUNCTION.Policies[N] is the function's N-th
@@ -80,9 +81,11 @@ def without(template: dict, name: str) -> dict:
     raise KeyError(f"{function} has no statement with Sid {sid!r}")
 
 
-def translate(template: dict) -> dict[str, Any]:
-    """The translator's CloudFormation; InvalidDocumentException when SAM refuses the template."""
-    return dict(transform(as_packaged(copy.deepcopy(template)), {}, _NoLookupPolicies()))
+def translate(template: dict, parameters: dict[str, str] | None = None) -> dict[str, Any]:
+    """The translator's CloudFormation, given ``parameters`` as a deploy passes them to the
+    transform (the others at their defaults); InvalidDocumentException when SAM refuses it."""
+    packaged = as_packaged(copy.deepcopy(template))
+    return dict(transform(packaged, dict(parameters or {}), _NoLookupPolicies()))
 
 
 def main(argv: list[str]) -> int:
@@ -90,16 +93,20 @@ def main(argv: list[str]) -> int:
     parser.add_argument("template", nargs="?", default="template.yaml")
     parser.add_argument("--without", action="append", default=[], metavar="FUNCTION.SID")
     parser.add_argument("--each", action="store_true", help="one translation per --without")
+    parser.add_argument("--parameter", action="append", default=[], metavar="NAME=VALUE")
     args = parser.parse_args(argv)
+    parameters = dict(item.partition("=")[::2] for item in args.parameter)
     with open(args.template, encoding="utf-8") as handle:
         template = yaml_parse(handle.read())
     try:
         if args.each:
-            output: Any = {name: translate(without(template, name)) for name in args.without}
+            output: Any = {
+                name: translate(without(template, name), parameters) for name in args.without
+            }
         else:
             for name in args.without:
                 template = without(template, name)
-            output = translate(template)
+            output = translate(template, parameters)
     except KeyError as exc:
         print(f"{args.template}: {exc.args[0]}", file=sys.stderr)
         return 1

@@ -276,6 +276,21 @@ def _dummy_zip() -> bytes:
     return buffer.getvalue()
 
 
+def _published_alias(lam: Any, function: str, template: dict[str, Any]) -> str | None:
+    """The ARN of ``function``'s alias named as the template's Globals ``AutoPublishAlias``,
+    published if missing; None when the template publishes no alias."""
+    name = template.get("Globals", {}).get("Function", {}).get("AutoPublishAlias")
+    if not isinstance(name, str):
+        return None
+    try:
+        return str(lam.get_alias(FunctionName=function, Name=name)["AliasArn"])
+    except lam.exceptions.ResourceNotFoundException:
+        version = lam.publish_version(FunctionName=function)["Version"]
+        return str(
+            lam.create_alias(FunctionName=function, Name=name, FunctionVersion=version)["AliasArn"]
+        )
+
+
 def provision_table(
     endpoint_url: str,
     *,
@@ -346,6 +361,9 @@ def provision(
             Handler="handler.worker",
             Code={"ZipFile": _dummy_zip()},
         )
+    # The template publishes every function behind an alias and the API invokes the worker's
+    # alias ARN (SnapStart applies to published versions only): do the same here.
+    invoked = _published_alias(lam, function, template) or function
     kms = session.client("kms", endpoint_url=endpoint_url)
     alias = f"alias/{prefix}-callback-keys"
     aliases = {a["AliasName"]: a.get("TargetKeyId") for a in kms.list_aliases()["Aliases"]}
@@ -376,7 +394,7 @@ def provision(
         "TABLE_NAME": table,
         "PAYLOAD_BUCKET": bucket,
         "SERVER_KEY_SECRET_ARN": secret_arn,
-        "WORKER_FUNCTION_NAME": function,
+        "WORKER_FUNCTION_NAME": invoked,
         "ROLLOUT_SDK_AWS_ENDPOINT_URL": endpoint_url,
         "POWERTOOLS_SERVICE_NAME": "rollout-sdk",
         "POWERTOOLS_METRICS_NAMESPACE": "RolloutSdkLocal",

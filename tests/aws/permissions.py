@@ -507,6 +507,12 @@ class Stack:
                 delimiter, items = args
                 resolved = self.value(items)
                 return str(delimiter).join(str(i) for i in resolved)
+            if fn == "Fn::Split":
+                delimiter, text = args
+                return str(self.value(text)).split(str(delimiter))
+            if fn == "Fn::Select":
+                index, items = args
+                return self.value(items)[int(index)]
             if fn.startswith("Fn::") or fn == "Condition":
                 raise ValueError(f"the resolver does not know {fn}: {node!r}")
         resolved = {key: self.value(item) for key, item in node.items()}
@@ -634,9 +640,10 @@ class Stack:
         target = self.value(props.get("DeadLetterConfig", {})).get("TargetArn")
         if target:
             needs += self._destination(str(target), "Lambda: the dead-letter target")
+        targets = self.invoked_as(function)
         for logical, resource in self.resources.items():
             properties = resource.get("Properties", {})
-            if not self.exists(logical) or properties.get("FunctionName") != {"Ref": function}:
+            if not self.exists(logical) or properties.get("FunctionName") not in targets:
                 continue
             if resource["Type"] == "AWS::Lambda::EventInvokeConfig":
                 destinations = self.value(properties.get("DestinationConfig", {}))
@@ -657,6 +664,16 @@ class Stack:
                     )
                 ]
         return needs
+
+    def invoked_as(self, function: str) -> list[dict[str, str]]:
+        """How a resource names ``function`` as what it invokes: the function, or one of its
+        aliases (AutoPublishAlias: an event source mapping names the alias)."""
+        return [{"Ref": function}] + [
+            {"Ref": logical}
+            for logical, resource in self.resources.items()
+            if resource["Type"] == "AWS::Lambda::Alias"
+            and resource["Properties"].get("FunctionName") == {"Ref": function}
+        ]
 
     @staticmethod
     def _destination(arn: str, why: str) -> list[Need]:

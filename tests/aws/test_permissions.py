@@ -84,6 +84,7 @@ TIMEOUTS = {
     "DeadLetterFunction": 300,
 }
 NO_KEY = object()  # an init body without api_key
+ALIAS = "live"  # template.yaml's AutoPublishAlias
 
 # ---------------------------------------------------------------------- the SAM translation
 
@@ -512,6 +513,9 @@ def physical_names(
     for function in TIMEOUTS:
         name = resources.worker_function if function == "WorkerFunction" else f"{prefix}-{function}"
         names[function] = {"Ref": name, "Arn": function_arn(name)}
+        # AutoPublishAlias: the alias resource's Ref is its ARN (the emulator publishes the
+        # worker's, which the API function invokes).
+        names[f"{function}Alias{ALIAS}"] = {"Ref": f"{function_arn(name)}:{ALIAS}"}
     return names
 
 
