@@ -421,8 +421,15 @@ def cold_start(runs: int, python_name: str = "python3.13", *, build: bool = True
             server_key=SERVER_KEY,
             prefix="bench-cold",
         )
-        api_vars = function_environment(template, "ApiFunction", resources)
-        worker_vars = function_environment(template, "WorkerFunction", resources)
+        # _HANDLER as Lambda sets it (handler.py imports that entry point's module at once).
+        api_vars = {
+            **function_environment(template, "ApiFunction", resources),
+            "_HANDLER": "handler.api",
+        }
+        worker_vars = {
+            **function_environment(template, "WorkerFunction", resources),
+            "_HANDLER": "handler.worker",
+        }
         modes = list(COLD_MODES)
         for i in range(runs + 1):
             for mode in modes[i % len(modes) :] + modes[: i % len(modes)]:
