@@ -33,8 +33,9 @@ arrives) and the end of the rollout. Each round runs the three of them in each m
 :data:`COLD_MODES` on a copy of the artifact: (a) ``warm``, with its bytecode and a writable
 cache; (b) ``lambda``, the files as shipped, read-only and ``PYTHONDONTWRITEBYTECODE=1``
 (root ignores permissions, so the variable is what keeps the cache unwritten); (c)
-``source``, without any ``__pycache__`` and with that variable, every module of the artifact
-compiled from source, as before the artifact shipped bytecode. Each child counts the modules
+``source``, the artifact and the runtime's boto3 without any ``__pycache__`` and with that
+variable, every module but the standard library's compiled from source, as before the artifact
+shipped bytecode (it shipped botocore then, without bytecode). Each child counts the modules
 it compiled from source, and its CPU time (user and system, from ``getrusage``) is reported
 beside: other work on the machine disturbs it less than the wall-clock figures, which the goals
 are judged on. One warm-up round is not counted. The figures are each function's
@@ -177,9 +178,10 @@ COLD_MODES: dict[str, str] = {
     "lambda": "(b) as Lambda runs it: the files as shipped, read-only, and "
     "PYTHONDONTWRITEBYTECODE=1 (root ignores the permissions: the variable is what keeps the "
     "cache unwritten)",
-    "source": "(c) no bytecode (the artifact as it shipped before issue 13): the copy without "
-    "its __pycache__ folders, PYTHONDONTWRITEBYTECODE=1, so every module of the artifact is "
-    "compiled from source at every start",
+    "source": "(c) no bytecode (the artifact as it shipped before issue 13, botocore in it): "
+    "the copy and the runtime's boto3 without their __pycache__ folders, "
+    "PYTHONDONTWRITEBYTECODE=1, so every module but the standard library's is compiled from "
+    "source at every start",
 }
 #: Each function's cold start, at most this many times the bare import (issue 13).
 GOAL_VS_BARE = 1.3
@@ -327,18 +329,26 @@ def ensure_artifact(python: Interpreter, *, build: bool = True) -> dict[str, Any
     return {**info, "built": True, "build_seconds": round(time.monotonic() - started, 1)}
 
 
-def mode_folders(artifact: Path, workdir: Path) -> dict[str, Path]:
-    """A copy of the artifact for each of :data:`COLD_MODES`."""
-    folders: dict[str, Path] = {}
+def mode_folders(artifact: Path, boto3_dir: Path, workdir: Path) -> dict[str, tuple[Path, Path]]:
+    """A copy of the artifact for each of :data:`COLD_MODES`, and the runtime's boto3 it runs
+    with: in ``source`` a copy without bytecode too (every module compiled from source, as
+    when the artifact shipped botocore without bytecode)."""
+    folders: dict[str, tuple[Path, Path]] = {}
+    no_bytecode = shutil.ignore_patterns("__pycache__")
     for mode in COLD_MODES:
         copy = workdir / mode
-        ignore = shutil.ignore_patterns("__pycache__") if mode == "source" else None
-        shutil.copytree(artifact, copy, symlinks=True, ignore=ignore)
+        shutil.copytree(
+            artifact, copy, symlinks=True, ignore=no_bytecode if mode == "source" else None
+        )
+        boto3 = boto3_dir
+        if mode == "source":
+            boto3 = workdir / "source-boto3"
+            shutil.copytree(boto3_dir, boto3, symlinks=True, ignore=no_bytecode)
         if mode == "lambda":  # Lambda's /var/task: read-only (root writes regardless)
             for path in [copy, *copy.rglob("*")]:
                 if not path.is_symlink():
                     path.chmod(path.stat().st_mode & ~0o222)
-        folders[mode] = copy
+        folders[mode] = (copy, boto3)
     return folders
 
 
@@ -426,7 +436,7 @@ def cold_start(runs: int, python_name: str = "python3.13", *, build: bool = True
         tempfile.TemporaryDirectory(prefix="rollout-sdk-bench-") as tmp,
     ):
         workdir = Path(tmp)
-        folders = mode_folders(BUILD_DIR / ARTIFACT_FUNCTION, workdir)
+        folders = mode_folders(BUILD_DIR / ARTIFACT_FUNCTION, boto3_dir, workdir)
         resources = provision(
             moto.endpoint_url,
             template_path=TEMPLATE,
@@ -446,9 +456,9 @@ def cold_start(runs: int, python_name: str = "python3.13", *, build: bool = True
         modes = list(COLD_MODES)
         for i in range(runs + 1):
             for mode in modes[i % len(modes) :] + modes[: i % len(modes)]:
-                code = folders[mode]
-                api_env = mode_env(mode, api_vars, code, boto3_dir)
-                worker_env = mode_env(mode, worker_vars, code, boto3_dir)
+                code, boto3 = folders[mode]
+                api_env = mode_env(mode, api_vars, code, boto3)
+                worker_env = mode_env(mode, worker_vars, code, boto3)
                 rollout_id = f"bench-cold-{mode}-{i}"
 
                 def run(kind: str, env: dict[str, str], event: Any | None) -> dict[str, Any]:
