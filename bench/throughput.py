@@ -35,7 +35,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
 import httpx
@@ -516,7 +516,7 @@ async def shared_poster(client: str, url: str, authorization: str) -> Any:
         import httpx2
 
         async with httpx2.AsyncClient(base_url=url, headers=headers, timeout=60.0) as http2:
-            yield HttpxPoster(http2)  # type: ignore[arg-type]
+            yield HttpxPoster(cast(Any, http2))  # the same API, another package
         return
     if client == "kit-transport":
         from rollout_sdk.engine.transport import AiohttpTransport as KitTransport
