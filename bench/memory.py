@@ -1,6 +1,6 @@
 """Memory per rollout in flight: the server's peak RSS with ``in_flight`` rollouts held in
-flight (the stand-in answers each chat call after ``chat_delay`` seconds) minus its idle RSS,
-divided by ``in_flight``.
+flight (the stand-in holds every chat call until all the rollouts are in one, then for
+``chat_delay`` seconds more) minus its idle RSS, divided by ``in_flight``.
 
 Idle is read after a few sequential warm-up rollouts (so imports and first-use caches are not
 charged to rollouts); the peak is the larger of ``VmHWM`` (reset to the idle RSS through
@@ -99,18 +99,26 @@ async def _drive(
         await asyncio.sleep(0.3)
         idle = rss(pid)
         reset = reset_peak_rss(pid)
-        standin.chat_delay = chat_delay
+        # Every chat call is held until all the rollouts are in one (however long their inits
+        # take on a loaded machine), then for ``chat_delay`` more seconds, then released.
+        standin.chat_delay = deadline
         posting = asyncio.gather(*(init(i) for i in range(warmup, total)))
         peak = idle
+        release_at: float | None = None
         try:
             while standin.reported() < total and time.monotonic() < end and server.alive:
                 peak = max(peak, rss(pid))
                 run.peak_chats_in_flight = max(run.peak_chats_in_flight, probe.chats_in_progress())
+                if release_at is None and run.peak_chats_in_flight >= run.in_flight:
+                    release_at = time.monotonic() + chat_delay
+                if release_at is not None and time.monotonic() >= release_at:
+                    standin.release()
                 await asyncio.sleep(0.01)
             if server.alive:
                 peak = max(peak, peak_rss(pid) if reset else 0)
         finally:
             standin.chat_delay = 0.0
+            standin.release()
             await posting
     if standin.reported() < total:
         run.failures.append(f"{total - standin.reported()} rollouts never called back")

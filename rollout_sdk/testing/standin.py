@@ -397,7 +397,7 @@ class TrainGateStandIn:
                         headers = {"Retry-After": fault.retry_after} if fault.retry_after else None
                         return JSONResponse({"detail": "injected fault"}, status, headers=headers)
                 if endpoint == "chat" and self.chat_delay:
-                    await asyncio.sleep(self.chat_delay)
+                    await self._pause(self.chat_delay)  # release() ends it
                 result = answer(body)
                 # A caller that gave up waiting never sees this 2xx: its acknowledgement is lost.
                 log(ACK_LOST if await request.is_disconnected() else OK, status)
