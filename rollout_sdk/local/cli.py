@@ -377,7 +377,10 @@ def _add_test_parser(sub: Any) -> None:
     )
     test.add_argument("-o", "--output", metavar="FILE", help="write the results as JSON here")
     test.add_argument(
-        "-q", "--quiet", action="store_true", help="no progress, no summary (errors still show)"
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress, no summary (an error that stops the command still shows)",
     )
     test.add_argument(
         "-i",
