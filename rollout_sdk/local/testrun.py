@@ -482,7 +482,14 @@ def load_agent(args: argparse.Namespace) -> RolloutAgentLoop:
             "--mcp needs the MCP agent loop, which is not installed: pip install "
             f"'rollout-sdk[mcp]' ({exc})"
         ) from exc
-    mcp_agent: RolloutAgentLoop = mcp.agent_loop_from_folder(args.mcp)
+    try:
+        mcp_agent: RolloutAgentLoop = mcp.agent_loop_from_folder(args.mcp)
+    except ImportError as exc:  # FastMCP itself missing
+        raise ConfigurationError(
+            f"--mcp needs FastMCP: pip install 'rollout-sdk[mcp]' ({exc})"
+        ) from exc
+    except Exception as exc:  # the folder's own error (MCPLoadError), said without a traceback
+        raise ConfigurationError(f"cannot load the MCP folder {args.mcp}: {exc}") from exc
     return mcp_agent
 
 

@@ -326,6 +326,22 @@ def test_a_refused_key_is_named_stops_the_run_and_is_never_shown(
         assert wrong not in written
 
 
+def test_debug_shows_the_kits_logs_but_never_the_key(endpoint: Endpoint, tmp_path: Path) -> None:
+    endpoint.standin.inject(EndpointFault(500, count=1))  # a failure the logs will mention
+    result = subprocess.run(
+        [CLI, *_test_args(endpoint, _dataset(tmp_path, 1), "--debug")],
+        cwd=tmp_path,  # ./test_debug lands here
+        env=_env(OPENAI_API_KEY=KEY, PYTHONPATH=str(REPO_ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr  # the 500 was retried by the kit's client
+    assert "DEBUG" in result.stderr
+    assert KEY not in result.stdout + result.stderr
+
+
 def test_an_unknown_model_is_named(
     endpoint: Endpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
