@@ -3,12 +3,18 @@
 ``template.yaml`` points each function at one of these names (``handler.api``,
 ``handler.worker``, ...); the agent loop is named by the ``AGENT_LOOP`` variable
 (``module:attribute``). Each entry point hands its event to the module of
-:mod:`rollout_sdk.aws.handlers` for its event source.
+:mod:`rollout_sdk.aws.handlers` for its event source. Only the entry point's own is imported:
+at the cold start for the one Lambda runs (it names it in ``_HANDLER``), so its import is part of
+the init (and of a SnapStart snapshot), and any other on its first call; the API never loads
+the queue's or the worker's, the worker never the API's (``tests/aws/test_entry_imports.py``
+holds each entry point to what it must not load).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -16,15 +22,20 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from rollout_sdk.aws.handlers import api as api_events
-from rollout_sdk.aws.handlers import dead_letter, failure, queue
-from rollout_sdk.aws.handlers import redrive as redrive_schedule
-from rollout_sdk.aws.handlers import worker as worker_events
 from rollout_sdk.aws.runtime import LambdaRuntime
 from rollout_sdk.aws.snapstart import register as register_snapstart_hooks
 from rollout_sdk.engine.telemetry import RolloutLogFilter
 
 Handler = Callable[[dict[str, Any], LambdaContext], dict[str, Any]]
+#: The module of :mod:`rollout_sdk.aws.handlers` each entry point hands its event to.
+EVENT_SOURCES = {
+    "api": "api",
+    "worker": "worker",
+    "worker_failed": "failure",
+    "redrive": "redrive",
+    "worker_batch": "queue",
+    "dead_letters": "dead_letter",
+}
 
 logger = Logger(service="rollout-sdk")
 # Every line written inside a rollout carries its rollout_id, from the task's context (a queue
@@ -65,34 +76,53 @@ def entry_point(function: str) -> Callable[[Handler], Handler]:
 @entry_point("api")
 def api(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """API function: init, health and platform health through Mangum."""
+    from rollout_sdk.aws.handlers import api as api_events
+
     return api_events.handle(runtime, event, context)
 
 
 @entry_point("worker")
 def worker(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Worker function: run one rollout and call TrainGate back."""
+    from rollout_sdk.aws.handlers import worker as worker_events
+
     return worker_events.handle(runtime, event, context)
 
 
 @entry_point("failure")
 def worker_failed(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """The worker's on-failure destination: report the rollout once."""
+    from rollout_sdk.aws.handlers import failure
+
     return failure.handle(runtime, event, context)
 
 
 @entry_point("redrive")
 def redrive(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Scheduled: send undelivered final responses again."""
+    from rollout_sdk.aws.handlers import redrive as redrive_schedule
+
     return redrive_schedule.handle(runtime, event, context)
 
 
 @entry_point("queue_worker")
 def worker_batch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Queue hand-off: run a batch of rollouts from SQS together (partial-batch failures)."""
+    from rollout_sdk.aws.handlers import queue
+
     return queue.handle(runtime, event, context)
 
 
 @entry_point("dead_letter")
 def dead_letters(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Queue hand-off: report rollouts whose messages the queue gave up on."""
+    from rollout_sdk.aws.handlers import dead_letter
+
     return dead_letter.handle(runtime, event, context)
+
+
+# The entry point this environment runs (Lambda sets _HANDLER to the template's Handler, e.g.
+# handler.api): its event source is imported now, at the cold start, like everything else.
+_entry = os.environ.get("_HANDLER", "").rpartition(".")[2]
+if _entry in EVENT_SOURCES:
+    importlib.import_module(f"rollout_sdk.aws.handlers.{EVENT_SOURCES[_entry]}")

@@ -1,16 +1,21 @@
 """One cold start, in a fresh process started by :mod:`bench.aws` (never run it by hand).
 
-    python -m bench.coldchild bare|api|worker [EVENT_FILE]
+    python3.13 -S -P bench/coldchild.py bare|api|worker [EVENT_FILE]
 
-Only the standard library is imported before the timed part. ``bare`` imports fastapi, mangum,
-boto3 and aws_lambda_powertools; ``api`` imports ``handler.py`` and sends the init event through
-``handler.api``; ``worker`` imports it and runs the worker event through ``handler.worker``. The
-imports run under a network guard: an audit hook that fails any connect or name lookup. Prints
-one ``BENCH-RESULT`` line of JSON with ``time.monotonic()`` stamps (the clock is shared by every process of the machine).
+It runs with the Lambda artifact and the runtime's boto3 alone on ``PYTHONPATH`` (no site, not
+this repository), so only the standard library is imported here before the timed part, and
+nothing of the kit's local tooling after it. ``bare`` imports fastapi, mangum, boto3 and
+aws_lambda_powertools; ``api`` imports ``handler.py`` and sends the init event through
+``handler.api``; ``worker`` imports it and runs the worker event through ``handler.worker``
+(the first chat call is stamped by the stand-in, in the parent, when it arrives). The imports
+run under a network guard: an audit hook that fails any connect or name lookup. Prints one
+``BENCH-RESULT`` line of JSON with ``time.monotonic()`` stamps (the clock is shared by every
+process of the machine), and how many modules the process compiled from source.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import sys
 import time
@@ -26,6 +31,35 @@ _BLOCKED = (
 )
 _guard = {"on": False}
 _attempts: list[str] = []
+_compiled: list[str] = []
+# get_code calls source_to_code only when no valid .pyc exists: each call is a module compiled
+# from source (what the bytecode modes are about).
+_source_to_code = importlib.machinery.SourceFileLoader.source_to_code
+
+
+def _counted(self: Any, data: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
+    _compiled.append(str(path))
+    return _source_to_code(self, data, path, *args, **kwargs)
+
+
+class _Context:
+    """The parts of a Lambda context the handlers read."""
+
+    function_version = "$LATEST"
+    memory_limit_in_mb = 1024
+    log_group_name = "/aws/lambda/bench"
+    log_stream_name = "bench"
+
+    def __init__(self, function_name: str, timeout_seconds: float) -> None:
+        self.function_name = function_name
+        self.invoked_function_arn = (
+            f"arn:aws:lambda:us-east-1:123456789012:function:{function_name}"
+        )
+        self.aws_request_id = f"bench-{time.monotonic_ns()}"
+        self._ends = time.monotonic() + timeout_seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._ends - time.monotonic()) * 1000))
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
@@ -45,50 +79,61 @@ def _guarded_import(names: tuple[str, ...]) -> None:
         _guard["on"] = False
 
 
+def _api(handler: Any, event: Any, out: dict[str, Any]) -> None:
+    """The init event through ``handler.api``; the worker events it handed off, captured from
+    the Lambda client's Invoke calls."""
+    dispatched: list[Any] = []
+
+    def capture(params: dict[str, Any], **_: Any) -> None:
+        body = params.get("body") or b"{}"
+        dispatched.append(json.loads(body if isinstance(body, bytes | str) else body.read()))
+
+    handler.runtime.clients.lambda_.meta.events.register("before-call.lambda.Invoke", capture)
+    result = handler.api(event, _Context("ApiFunction", 29))
+    out["first_202"] = time.monotonic()
+    out["status"] = result.get("statusCode")
+    out["dispatched"] = dispatched
+
+
+def _worker(handler: Any, event: Any, out: dict[str, Any]) -> None:
+    """The worker event through ``handler.worker``; its first DynamoDB write is the claim."""
+    writes: list[tuple[float, str]] = []
+
+    def after_call(event_name: str, **_: Any) -> None:
+        operation = event_name.rsplit(".", 1)[-1]
+        if operation in ("UpdateItem", "PutItem", "TransactWriteItems"):
+            writes.append((time.monotonic(), operation))
+
+    handler.runtime.clients.dynamodb.meta.events.register("after-call.dynamodb.*", after_call)
+    out["result"] = handler.worker(event, _Context("WorkerFunction", 900))
+    out["done"] = time.monotonic()
+    if writes:
+        out["claimed"], out["claim_operation"] = writes[0]
+
+
 def main(argv: list[str]) -> dict[str, Any]:
     mode = argv[0]
     out: dict[str, Any] = {"mode": mode}
+    importlib.machinery.SourceFileLoader.source_to_code = _counted  # type: ignore[method-assign]
     sys.addaudithook(_audit)
     try:
         if mode == "bare":
             _guarded_import(("fastapi", "mangum", "boto3", "aws_lambda_powertools"))
             out["imported"] = time.monotonic()
             return out
-        if "" not in sys.path and "." not in sys.path:
-            sys.path.insert(0, "")
         _guarded_import(("handler",))
         out["imported"] = time.monotonic()
-        handler = sys.modules["handler"]
         with open(argv[1], encoding="utf-8") as handle:
             event = json.load(handle)
-        from rollout_sdk.local.invoke import invoke
-
-        if mode == "api":
-            call = invoke(handler, "ApiFunction", event, timeout_seconds=29)
-            out["first_202"] = time.monotonic()
-            out["status"] = call.result.get("statusCode")
-            out["dispatched"] = call.dispatched
-            return out
-        writes: list[tuple[float, str]] = []
-
-        def after_call(event_name: str, **_: Any) -> None:
-            operation = event_name.rsplit(".", 1)[-1]
-            if operation in ("UpdateItem", "PutItem", "TransactWriteItems"):
-                writes.append((time.monotonic(), operation))
-
-        dynamodb = handler.runtime.clients.dynamodb
-        dynamodb.meta.events.register("after-call.dynamodb.*", after_call)
-        ran = invoke(handler, "WorkerFunction", event, timeout_seconds=900)
-        out["done"] = time.monotonic()
-        out["result"] = ran.result
-        if writes:
-            out["claimed"], out["claim_operation"] = writes[0]
+        (_api if mode == "api" else _worker)(sys.modules["handler"], event, out)
         return out
     except Exception as exc:  # reported to the parent, which records the failure
         out["error"] = f"{type(exc).__name__}: {exc}"[:1000]
         return out
     finally:
         out["network_attempts"] = list(_attempts)
+        out["compiled_from_source"] = len(_compiled)
+        out["modules_loaded"] = len(sys.modules)
 
 
 if __name__ == "__main__":

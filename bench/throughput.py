@@ -14,6 +14,7 @@ the stand-in, each in a process of its own.
 
     python -m bench.throughput baseline --url URL --client NAME ...   (the baseline's client)
     python -m bench.throughput kit --store sqlite --runs 3 [--serve-args "--loop uvloop"]
+    python -m bench.throughput ceiling --rollouts 2000 [--clients raw,aiohttp,httpx]
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
 import httpx
@@ -515,7 +516,7 @@ async def shared_poster(client: str, url: str, authorization: str) -> Any:
         import httpx2
 
         async with httpx2.AsyncClient(base_url=url, headers=headers, timeout=60.0) as http2:
-            yield HttpxPoster(http2)  # type: ignore[arg-type]
+            yield HttpxPoster(cast(Any, http2))  # the same API, another package
         return
     if client == "kit-transport":
         from rollout_sdk.engine.transport import AiohttpTransport as KitTransport
@@ -638,6 +639,56 @@ def run_baseline(
     return run
 
 
+def _ceiling(args: argparse.Namespace) -> int:
+    """``ceiling``: each bare client against the stand-in in a process of its own (not a thread
+    of this one, as in ``make bench``), ``--runs`` times: the rate a client reaches when the
+    stand-in is not the bottleneck. Every exchange must end 2xx (errors fail the command)."""
+    from testkit.standin_server import standin_process
+
+    clients = args.clients.split(",")
+    rates: dict[str, list[float]] = {c: [] for c in clients}
+    cpu: dict[str, list[float]] = {c: [] for c in clients}
+    key = secrets.token_urlsafe(16)
+    with tempfile.TemporaryDirectory(prefix="rollout-sdk-bench-") as log_dir:
+        standin = standin_process(log_dir, callback_key=key)
+        standin.start(timeout=30.0)
+        try:
+            for i in range(args.runs):
+                for client in clients:
+                    argv = [sys.executable, "-m", "bench.throughput", BASELINE, "--url"]
+                    argv += [standin.url, "--client", client, "--rollouts", str(args.rollouts)]
+                    argv += ["--concurrency", str(args.concurrency), "--tag", f"c{i}-{client}"]
+                    began = time.perf_counter()
+                    done = subprocess.run(  # noqa: S603 - a fixed argv list, no shell
+                        argv,
+                        cwd=REPO_ROOT,
+                        env=child_env({"BENCH_CALLBACK_KEY": key}),
+                        capture_output=True,
+                        text=True,
+                        timeout=300,
+                        check=False,
+                    )
+                    wall = time.perf_counter() - began
+                    report = parse_result(done.stdout) if done.returncode == 0 else None
+                    if report is None or report["errors"]:
+                        print(
+                            f"{client}: FAILED, not measured: {done.stderr[-300:]}", file=sys.stderr
+                        )
+                        return 1
+                    rates[client].append(args.rollouts / wall)
+                    cpu[client].append(report["cpu_seconds"] * 1000 / args.rollouts)
+                    print(
+                        f"run {i + 1}: {client:<14} {rates[client][-1]:7.0f} rollouts/s "
+                        f"(process start included), client CPU {cpu[client][-1]:.2f} ms per rollout"
+                    )
+        finally:
+            standin.stop()
+    for client in clients:
+        r, c = sorted(rates[client]), sorted(cpu[client])
+        print(f"median: {client:<14} {r[len(r) // 2]:7.0f} rollouts/s, {c[len(c) // 2]:.2f} ms")
+    return 0
+
+
 def _kit_runs(args: argparse.Namespace) -> int:
     """``kit``: ``--runs`` runs of the server alone, each run's rate and CPU, then the medians
     (to compare server options, e.g. ``--serve-args "--loop uvloop --http httptools"``)."""
@@ -670,7 +721,7 @@ def main(argv: list[str] | None = None) -> int:
     """The baseline's client, run by :func:`run_baseline` (the key comes in the environment);
     ``kit`` runs the server alone (see :func:`_kit_runs`)."""
     parser = argparse.ArgumentParser(prog="python -m bench.throughput")
-    parser.add_argument("mode", choices=[BASELINE, "kit"])
+    parser.add_argument("mode", choices=[BASELINE, "kit", "ceiling"])
     parser.add_argument("--url", help="the stand-in (baseline)")
     parser.add_argument("--client", choices=BARE_CLIENTS, default="raw")
     parser.add_argument("--rollouts", type=int, default=500)
@@ -678,12 +729,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tag", default="bench")
     parser.add_argument("--store", default="sqlite", choices=("memory", "sqlite", "dynamodb"))
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--clients", default="raw,aiohttp,httpx", help="bare clients (ceiling)")
     parser.add_argument(
         "--serve-args", default="", help="extra arguments of rollout-sdk serve (kit)"
     )
     args = parser.parse_args(argv)
     if args.mode == "kit":
         return _kit_runs(args)
+    if args.mode == "ceiling":
+        return _ceiling(args)
     if args.url is None or urlsplit(args.url).hostname != "127.0.0.1":
         parser.error("the baseline talks to a loopback stand-in only (--url http://127.0.0.1:PORT)")
     report = asyncio.run(

@@ -284,10 +284,9 @@ class LambdaRuntime:
     @cached_property
     def dispatcher(self) -> Dispatcher:
         """The hand-off the template chose: an asynchronous invoke, or the rollout queue."""
-        from rollout_sdk.dispatch.aws_lambda import LambdaDispatcher
-        from rollout_sdk.dispatch.sqs import SqsDispatcher
-
         if self.aws.hand_off == "queue":
+            from rollout_sdk.dispatch.sqs import SqsDispatcher
+
             if not self.aws.queue_url:
                 raise ConfigurationError("HAND_OFF is queue but QUEUE_URL is not set")
             if self.vault is None:
@@ -298,6 +297,8 @@ class LambdaRuntime:
                     "messages carry the callback key sealed with that KMS key"
                 )
             return SqsDispatcher(self.aws.queue_url, client=self.clients.sqs, vault=self.vault)
+        from rollout_sdk.dispatch.aws_lambda import LambdaDispatcher
+
         function = self.aws.worker_function_name
         if not function:
             raise ConfigurationError("WORKER_FUNCTION_NAME is not set (template.yaml sets it)")
@@ -320,6 +321,8 @@ class LambdaRuntime:
             seal_at_init=False,
             sweep_on_start=False,
             redrive=False,
+            # The API's cold start builds only the models its routes declare.
+            build_all_models=False,
         )
 
     @cached_property

@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from rollout_sdk.errors import DispatchError
+
+if TYPE_CHECKING:
+    from rollout_sdk.protocol import RolloutRequest
 
 
 @dataclass(frozen=True)
@@ -15,11 +18,15 @@ class Job:
     """What a worker needs beyond the record: the id, the attempt, and the callback key.
 
     The callback key travels with the job, never in the record (protocol.md section 3).
+    ``request`` is init's validated request, when the job stays in this process (the local
+    server's in-process dispatcher): the worker then uses it rather than validating the stored
+    copy again. Dispatchers that send the job elsewhere carry only the first three fields.
     """
 
     rollout_id: str
     attempt: int = 1
     api_key: str | None = field(default=None, repr=False)
+    request: RolloutRequest | None = field(default=None, repr=False, compare=False)
 
 
 @runtime_checkable

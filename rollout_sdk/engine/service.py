@@ -139,7 +139,7 @@ class RolloutService:
         try:
             with self.telemetry.span(Span.HAND_OFF, rollout_id=request.rollout_id):
                 await self.dispatcher.dispatch(
-                    Job(rollout_id=request.rollout_id, attempt=1, api_key=request.api_key)
+                    Job(request.rollout_id, 1, request.api_key, request=request)
                 )
         except DispatchError:
             raise

@@ -239,7 +239,9 @@ class RolloutWorker:
         self, record: RolloutRecord, job: Job, budget: float, cancelled: asyncio.Event
     ) -> RolloutResponse:
         started = time.perf_counter()
-        request = record.rollout_request(job.api_key)
+        # Validated once: init's model when the job never left this process (same content as
+        # the stored copy, which is validated again only after a hand-off or a restart).
+        request = job.request if job.request is not None else record.rollout_request(job.api_key)
         tools = record.init_response_model().tools
         llm = RolloutLLMClient(
             self.client,

@@ -42,10 +42,6 @@ from rollout_sdk.store.memory import MemoryStore
 
 logger = logging.getLogger("rollout_sdk.http.app")
 
-# The wire models defer their validators (the agent author's import stays light); the server
-# builds them all before FastAPI sees one.
-build_models()
-
 Hook = Callable[[], Awaitable[None] | None]
 
 
@@ -107,6 +103,7 @@ def create_app(
     redrive: bool = True,
     docs: bool = True,
     metrics: bool = False,
+    build_all_models: bool = True,
     **more: Any,
 ) -> FastAPI:
     """Build the rollout server's app.
@@ -122,7 +119,11 @@ def create_app(
     for a durable store this process owns alone); ``redrive`` re-sends undelivered responses on a
     timer while the app runs. ``metrics`` keeps the engine's counters and histograms in memory
     and serves them at ``GET /metrics`` in Prometheus' text format (the local server's; the
-    Lambda API function has none: its metrics are CloudWatch's).
+    Lambda API function has none: its metrics are CloudWatch's). The wire models defer their
+    validators (the agent author's import stays light): ``build_all_models`` builds every one
+    now, so a long-lived server pays for them at start-up, not on a first request; without it
+    (the Lambda API function's cold start) only those the routes declare are built, and the
+    others (final responses, chat completions: the worker's) when first used.
     Raises AgentLoopValidationError for an invalid agent loop, ConfigurationError for bad settings.
     """
     if credentials is not None or server_host is not None or server_port is not None:
@@ -137,6 +138,11 @@ def create_app(
             f"create_app: ignoring unknown arguments {sorted(more)}", UserWarning, stacklevel=2
         )
     validate_agent_loop(agent_loop).raise_if_invalid()
+    # Before FastAPI sees one: it cannot wrap a model whose build was deferred.
+    if build_all_models:
+        build_models()
+    else:
+        InitResponse.model_rebuild()  # the init route's answer (its body model is never deferred)
     settings = settings or (engine.settings if engine is not None else get_settings())
     server_changes: dict[str, Any] = {}
     if max_concurrent:

@@ -1,0 +1,95 @@
+"""Each Lambda entry point loads only what its function runs: in a fresh process, ``import
+handler`` as Lambda runs it (``_HANDLER`` naming the entry point) must not load what another
+function or the local tooling needs, and the API's first request must not load the TrainGate
+client's HTTP stack (the API hands rollouts off; only the worker calls TrainGate)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rollout_sdk.testing.imports import ImportProbe, probe_import
+from testkit.aws import fake_aws_env
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The TrainGate client's HTTP stack, whichever it is: the worker's alone.
+HTTP_CLIENT = ("httpx", "httpcore", "h11", "aiohttp", "httpx_aiohttp", "httpx2")
+#: Never on Lambda (bench/package.py checks the artifact ships none of it).
+LOCAL = ("rollout_sdk.local", "rollout_sdk.testing", "sqlite3", "uvicorn", "prometheus_client")
+#: What ``import handler`` must not load, per entry point.
+NOT_AT_IMPORT = {
+    "api": (
+        *HTTP_CLIENT,
+        *LOCAL,
+        "rollout_sdk.engine.worker",
+        "rollout_sdk.engine.client",
+        "rollout_sdk.engine.assembly",
+        "rollout_sdk.aws.handlers.worker",
+        "rollout_sdk.aws.handlers.queue",
+        "rollout_sdk.aws.handlers.dead_letter",
+        "rollout_sdk.aws.handlers.failure",
+        "rollout_sdk.aws.handlers.redrive",
+        "rollout_sdk.dispatch.sqs",
+        "aws_xray_sdk",
+    ),
+    "worker": (
+        *HTTP_CLIENT,  # on the first chat call, not at import
+        *LOCAL,
+        "fastapi",
+        "starlette",
+        "mangum",
+        "rollout_sdk.http",
+        "rollout_sdk.aws.handlers.api",
+        "rollout_sdk.aws.handlers.queue",
+        "rollout_sdk.aws.handlers.dead_letter",
+        "rollout_sdk.dispatch.sqs",
+        "aws_lambda_powertools.utilities.parameters",
+        "aws_xray_sdk",
+    ),
+}
+#: What the API's first request (a health check, AWS unreachable) must not load.
+NOT_AFTER_API_REQUEST = (*HTTP_CLIENT, *LOCAL, "rollout_sdk.dispatch.sqs")
+_CONTEXT = """
+import json, types, handler
+context = types.SimpleNamespace(function_name="f", function_version="1", memory_limit_in_mb=1024,
+    invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:f",
+    aws_request_id="req-1", get_remaining_time_in_millis=lambda: 30000)
+answer = handler.api(json.loads({event!r}), context)
+assert answer["statusCode"] == 200, answer
+"""
+
+
+def _fresh(entry: str, statement: str) -> ImportProbe:
+    env = fake_aws_env(
+        {
+            "_HANDLER": f"handler.{entry}",
+            "AGENT_LOOP": "examples.calculator.agent:agent_loop",
+            "TABLE_NAME": "t",
+            "WORKER_FUNCTION_NAME": "worker",
+            "PYTHONPATH": str(ROOT),
+            "LAMBDA_TASK_ROOT": str(ROOT),
+            "POWERTOOLS_TRACE_DISABLED": "true",
+            # Nothing answers here: a call to AWS fails at once, never leaving the machine.
+            "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+            "AWS_MAX_ATTEMPTS": "1",
+        },
+        clean=True,
+    )
+    probe = probe_import(statement, env=env, cwd=ROOT, timeout=120)
+    assert probe.ok, probe.error
+    return probe
+
+
+@pytest.mark.parametrize("entry", sorted(NOT_AT_IMPORT))
+def test_an_entry_point_imports_only_its_own_function(entry: str) -> None:
+    probe = _fresh(entry, "import handler")
+    assert probe.loaded([f"rollout_sdk.aws.handlers.{entry}"])  # its own, at the cold start
+    assert probe.loaded(NOT_AT_IMPORT[entry]) == []
+
+
+def test_the_api_s_first_request_loads_no_http_client() -> None:
+    event = (ROOT / "events" / "health.json").read_text(encoding="utf-8")
+    probe = _fresh("api", _CONTEXT.format(event=event))
+    assert probe.loaded(["fastapi", "mangum"])  # the request did go through the app
+    assert probe.loaded(NOT_AFTER_API_REQUEST) == []
