@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -292,6 +293,49 @@ def test_debug_trace_path_stays_inside_debug_dir(tmp_path: Path, rollout_id: str
     assert len(written) == 1
     assert written[0].resolve().parent == debug_dir.resolve()
     assert json.loads(written[0].read_text())["rollout_id"] == rollout_id
+
+
+@pytest.mark.parametrize(
+    "rollout_id", ["rollout-1", "abc_DEF.09", "a", "x" * 128, "run.2026-12-01", "-dash-first"]
+)
+def test_a_safe_id_is_its_own_file_name_as_in_v1(tmp_path: Path, rollout_id: str) -> None:
+    debug_dir = tmp_path / "debug"
+    make_ctx(request=make_request(rollout_id=rollout_id), debug_dir=debug_dir).log_event("x")
+    assert [p.name for p in debug_dir.iterdir()] == [f"{rollout_id}.jsonl"]
+
+
+@pytest.mark.parametrize(
+    "rollout_id",
+    [
+        ".hidden",  # would be a hidden file
+        "x" * 129,  # past the length bound
+        "a b",
+        "a/b",
+        "caf\u00e9",
+        "name-0123456789ab",  # ends like a hashed name
+    ],
+)
+def test_any_other_id_gets_the_hashed_name(tmp_path: Path, rollout_id: str) -> None:
+    path = debug_trace_path(tmp_path, rollout_id)
+    assert path.parent == tmp_path
+    assert path.name != f"{rollout_id}.jsonl"
+    assert re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]*-[0-9a-f]{12}\.jsonl", path.name), path.name
+
+
+def test_a_safe_id_never_takes_the_name_of_a_hashed_one(tmp_path: Path) -> None:
+    hashed = debug_trace_path(tmp_path, "a/b")
+    lookalike = hashed.name.removesuffix(".jsonl")  # a safe id spelled like that file name
+    assert debug_trace_path(tmp_path, lookalike) != hashed
+
+
+def test_a_trace_that_cannot_be_written_is_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    ctx = make_ctx(debug_dir=blocker / "traces")
+    ctx.log_event("start")  # does not raise
+    assert "could not write the debug trace" in caplog.text
 
 
 def test_debug_trace_paths_of_distinct_ids_are_distinct(tmp_path: Path) -> None:
