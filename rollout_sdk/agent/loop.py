@@ -197,13 +197,27 @@ class RolloutContext:
         self._debug_dir = Path(debug_dir) if debug_dir else None
         self._cancelled = cancelled
         self._started = _start_time if _start_time is not None else time.perf_counter()
+        self._tool_counts = RolloutMetrics()  # used when ``llm`` keeps no metrics of its own
         #: The conversation as of the last completed turn (what a deadline reports).
         self.last_messages: list[Message] = list(request.messages)
 
     @property
     def metrics(self) -> RolloutMetrics:
-        """The rollout's metrics so far."""
-        return self.llm.metrics
+        """The rollout's metrics so far.
+
+        Any other v1 ``LLMClientProtocol`` client (a test double, say; ``llm`` is typed as the
+        kit's client, which the kit's code relies on) gives its figures through
+        ``get_metrics()``, and the context keeps the tool counts, as v1's context did.
+        """
+        if isinstance(self.llm, RolloutLLMClient):
+            return self.llm.metrics
+        llm: LLMClientProtocol = self.llm
+        return llm.get_metrics().model_copy(
+            update={
+                "num_tool_calls": self._tool_counts.num_tool_calls,
+                "tool_latency_ms": self._tool_counts.tool_latency_ms,
+            }
+        )
 
     @property
     def debug_enabled(self) -> bool:
@@ -259,8 +273,9 @@ class RolloutContext:
 
     def record_tool_call(self, latency_ms: float = 0.0) -> None:
         """Count one tool call and its latency in the rollout's metrics."""
-        self.metrics.num_tool_calls += 1
-        self.metrics.tool_latency_ms += latency_ms
+        counts = self.llm.metrics if isinstance(self.llm, RolloutLLMClient) else self._tool_counts
+        counts.num_tool_calls += 1
+        counts.tool_latency_ms += latency_ms
 
     def log_event(self, event_type: str, **data: Any) -> None:
         """Append one JSON line to the rollout's debug trace; a no-op unless debugging is on.

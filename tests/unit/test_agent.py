@@ -6,7 +6,7 @@ import asyncio
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -470,3 +470,29 @@ def test_rollout_result_defaults() -> None:
     assert result.metrics is None
     assert result.reward is None
     assert RolloutMetrics().num_llm_calls == 0
+
+
+async def test_a_context_over_any_v1_llm_client_protocol() -> None:
+    # v1's context took any LLMClientProtocol: metrics come from its get_metrics(), the tool
+    # counts from the context.
+    class ScriptedLLM:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def chat_completions(
+            self, messages: list[dict[str, Any]], **kwargs: Any
+        ) -> CompletionsResult:
+            self.calls += 1
+            return CompletionsResult(message={"role": "assistant", "content": "4"})
+
+        def get_metrics(self) -> RolloutMetrics:
+            return RolloutMetrics(num_llm_calls=self.calls, prompt_tokens=7 * self.calls)
+
+    ctx = RolloutContext(make_request(), [], cast(Any, ScriptedLLM()))
+    result = await ctx.chat(HISTORY, temperature=0.3)
+    ctx.record_tool_call(latency_ms=1.5)
+    ctx.record_tool_call()
+    done = ctx.complete([*HISTORY, result.message])
+    assert done.metrics is not None
+    assert (done.metrics.num_llm_calls, done.metrics.prompt_tokens) == (1, 7)
+    assert (done.metrics.num_tool_calls, done.metrics.tool_latency_ms) == (2, 1.5)
