@@ -6,7 +6,8 @@ written for it runs here after changing only its import line.
 Each name is imported from its module on first use (PEP 562), so what an import costs is what
 its names need: the agent author's names (the loop, its context and results, tools, validation,
 the protocol's models, the errors) load pydantic and the standard library only; ``create_app``
-loads FastAPI, ``serve_agent_loop`` the local server, the settings pydantic-settings.
+loads FastAPI, ``serve_agent_loop`` the local server, the settings pydantic-settings;
+``OsmosisLLMClient`` and ``detect_public_ip`` load the HTTP stack only when called.
 ``tests/unit/test_imports.py`` holds the author's import to that, and ``make bench`` times it.
 """
 
@@ -17,11 +18,11 @@ from typing import TYPE_CHECKING
 from rollout_sdk._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from rollout_sdk.agent.llm_client import OsmosisLLMClient
     from rollout_sdk.agent.loop import (
         CompletionsResult,
         LLMClientProtocol,
         MessageDict,
-        OsmosisLLMClient,
         RolloutAgentLoop,
         RolloutContext,
         RolloutLLMClient,
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
         OsmosisTimeoutError,
         OsmosisTransportError,
         OsmosisValidationError,
+        PublicIPDetectionError,
         RolloutError,
         ServeError,
         ToolArgumentError,
@@ -77,6 +79,12 @@ if TYPE_CHECKING:
     )
     from rollout_sdk.http.app import (
         create_app,
+    )
+    from rollout_sdk.network import (
+        detect_public_ip,
+        is_private_ip,
+        is_valid_hostname_or_ip,
+        validate_ipv4,
     )
     from rollout_sdk.protocol import (
         DEFAULT_MAX_METADATA_SIZE_BYTES,
@@ -117,13 +125,13 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "CompletionsResult",
         "LLMClientProtocol",
         "MessageDict",
-        "OsmosisLLMClient",
         "RolloutAgentLoop",
         "RolloutContext",
         "RolloutLLMClient",
         "RolloutResult",
         "SamplingParamsDict",
     ),
+    "rollout_sdk.agent.llm_client": ("OsmosisLLMClient",),
     "rollout_sdk.agent.registry": (
         "AgentLoopRegistry",
         "get_agent_loop",
@@ -161,10 +169,17 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "OsmosisTimeoutError",
         "OsmosisTransportError",
         "OsmosisValidationError",
+        "PublicIPDetectionError",
         "RolloutError",
         "ServeError",
         "ToolArgumentError",
         "ToolExecutionError",
+    ),
+    "rollout_sdk.network": (
+        "detect_public_ip",
+        "is_private_ip",
+        "is_valid_hostname_or_ip",
+        "validate_ipv4",
     ),
     "rollout_sdk.protocol": (
         "CompletionUsage",
@@ -230,6 +245,7 @@ __all__ = [
     "OsmosisTimeoutError",
     "OsmosisTransportError",
     "OsmosisValidationError",
+    "PublicIPDetectionError",
     "RolloutAgentLoop",
     "RolloutClientSettings",
     "RolloutContext",
@@ -254,6 +270,7 @@ __all__ = [
     "create_app",
     "create_tool_error_result",
     "create_tool_result",
+    "detect_public_ip",
     "execute_tool_calls",
     "get_agent_loop",
     "get_max_metadata_size_bytes",
@@ -262,8 +279,10 @@ __all__ = [
     "get_settings",
     "get_tool_call_info",
     "is_assistant_message",
+    "is_private_ip",
     "is_tool_message",
     "is_user_message",
+    "is_valid_hostname_or_ip",
     "list_agent_loops",
     "normalize_stop",
     "parse_tool_arguments",
@@ -276,4 +295,5 @@ __all__ = [
     "unregister_agent_loop",
     "validate_agent_loop",
     "validate_and_report",
+    "validate_ipv4",
 ]

@@ -31,6 +31,7 @@ the v1 Osmosis SDK are kept, with their meaning, so ported agents can keep catch
     ├── DispatchError                       503: the hand-off to a worker failed
     │   └── Overloaded                      429: past the concurrency limit and the queue bound
     ├── ServeError                          the local server could not start
+    ├── PublicIPDetectionError              detect_public_ip found no public address
     ├── RegisterError                       registering with the platform could not be done
     └── DatasetError                        the demo's dataset cannot be read or a row is bad
 
@@ -247,6 +248,10 @@ class Overloaded(DispatchError):
 
 class ServeError(RolloutError):
     """The local server could not start."""
+
+
+class PublicIPDetectionError(RolloutError):
+    """``detect_public_ip`` found no public IPv4 address (v1's name)."""
 
 
 class RegisterError(RolloutError):

@@ -176,22 +176,36 @@ class OpenAIFunctionToolSchema(_Wire):
     function: OpenAIFunctionSchema
 
 
-class OpenAIFunctionCallSchema(_Wire):
-    """The function part of a tool call; ``arguments`` is a JSON string."""
+class OpenAIFunctionParsedSchema(_Wire):
+    """A function call as the model emits it: ``arguments`` is the raw JSON string."""
 
     name: str
     arguments: str
 
 
-class OpenAIFunctionParsedSchema(_Wire):
-    """A function call whose arguments have been parsed into a dict."""
+class OpenAIFunctionCallSchema(_Wire):
+    """A function call whose arguments have been decoded into a dict."""
 
     name: str
     arguments: dict[str, Any]
 
+    @staticmethod
+    def from_openai_function_parsed_schema(
+        parsed_schema: OpenAIFunctionParsedSchema,
+    ) -> tuple[OpenAIFunctionCallSchema, bool]:
+        """Decode ``parsed_schema``'s arguments: ``(call, has_decode_error)``; arguments that
+        are not a JSON object give ``{}`` and True."""
+        try:
+            arguments = json.loads(parsed_schema.arguments)
+        except ValueError:
+            arguments = None
+        if not isinstance(arguments, dict):
+            return OpenAIFunctionCallSchema(name=parsed_schema.name, arguments={}), True
+        return OpenAIFunctionCallSchema(name=parsed_schema.name, arguments=arguments), False
+
 
 class OpenAIFunctionToolCall(_Wire):
-    """A tool call as the model emits it."""
+    """A tool call with its arguments decoded."""
 
     id: str
     type: Literal["function"] = "function"
@@ -199,10 +213,31 @@ class OpenAIFunctionToolCall(_Wire):
 
 
 class ToolResponse(_Wire):
-    """The outcome of running one tool."""
+    """The outcome of running one tool: text, and for multimodal tools lists of images and
+    videos."""
 
     text: str | None = None
+    image: list[Any] | None = None
+    video: list[Any] | None = None
     extra_fields: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("image", "video", mode="before")
+    @classmethod
+    def _a_list(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None and not isinstance(value, list):
+            raise ValueError(
+                f"{info.field_name} must be a list (wrap a single item: [item]), "
+                f"not {type(value).__name__}"
+            )
+        return value
+
+    def is_empty(self) -> bool:
+        """Whether there is no text, no image and no video."""
+        return not self.text and not self.image and not self.video
+
+    def is_text_only(self) -> bool:
+        """Whether there is text and neither image nor video."""
+        return bool(self.text) and not self.image and not self.video
 
 
 # --------------------------------------------------------------------------- rollout

@@ -5,11 +5,12 @@ from __future__ import annotations
 import abc
 import hashlib
 import json
+import logging
 import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from rollout_sdk.agent.tools import get_message_content, parse_tool_calls
 from rollout_sdk.errors import RolloutCancelled
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     import asyncio
 
     from rollout_sdk.engine.client import TrainGateClient
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -123,6 +126,10 @@ class RolloutLLMClient:
             self.metrics.num_llm_calls += 1
         return self._record(response)
 
+    def get_metrics(self) -> RolloutMetrics:
+        """A copy of the metrics so far (v1's ``LLMClientProtocol``)."""
+        return self.metrics.model_copy()
+
     def _record(self, response: CompletionsResponse) -> CompletionsResult:
         choice = response.choices[0] if response.choices else None
         message = dict(choice.message) if choice else {"role": "assistant", "content": ""}
@@ -146,14 +153,22 @@ class RolloutLLMClient:
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+#: An id used as its own file name, as v1 did: the portable file-name characters, not starting
+#: with a dot, at most 128 of them, and not ending like a hashed name (below), so the two kinds
+#: of name never meet.
+_SAFE_ID = re.compile(r"(?!\.)[A-Za-z0-9._-]{1,128}")
+_HASHED = re.compile(r".*-[0-9a-f]{12}")
 
 
 def debug_trace_path(debug_dir: str | Path, rollout_id: str) -> Path:
     """Where a rollout's debug trace goes: always a plain file name inside ``debug_dir``.
 
-    The reference joined the raw id into the path, so ``../`` escaped the directory; here every
-    unsafe character is replaced and a short hash keeps distinct ids apart.
+    v1's ``{rollout_id}.jsonl`` when the id is a safe file name. v1 joined any id into the
+    path, so ``../`` escaped the directory; any other id gets its unsafe characters replaced and
+    a short hash of the whole id, which keeps distinct ids apart.
     """
+    if _SAFE_ID.fullmatch(rollout_id) and not _HASHED.fullmatch(rollout_id):
+        return Path(debug_dir) / f"{rollout_id}.jsonl"
     cleaned = _UNSAFE.sub("_", rollout_id)[:80].lstrip(".") or "rollout"
     digest = hashlib.sha256(rollout_id.encode()).hexdigest()[:12]
     return Path(debug_dir) / f"{cleaned}-{digest}.jsonl"
@@ -182,13 +197,27 @@ class RolloutContext:
         self._debug_dir = Path(debug_dir) if debug_dir else None
         self._cancelled = cancelled
         self._started = _start_time if _start_time is not None else time.perf_counter()
+        self._tool_counts = RolloutMetrics()  # used when ``llm`` keeps no metrics of its own
         #: The conversation as of the last completed turn (what a deadline reports).
         self.last_messages: list[Message] = list(request.messages)
 
     @property
     def metrics(self) -> RolloutMetrics:
-        """The rollout's metrics so far."""
-        return self.llm.metrics
+        """The rollout's metrics so far.
+
+        Any other v1 ``LLMClientProtocol`` client (a test double, say; ``llm`` is typed as the
+        kit's client, which the kit's code relies on) gives its figures through
+        ``get_metrics()``, and the context keeps the tool counts, as v1's context did.
+        """
+        if isinstance(self.llm, RolloutLLMClient):
+            return self.llm.metrics
+        llm: LLMClientProtocol = self.llm
+        return llm.get_metrics().model_copy(
+            update={
+                "num_tool_calls": self._tool_counts.num_tool_calls,
+                "tool_latency_ms": self._tool_counts.tool_latency_ms,
+            }
+        )
 
     @property
     def debug_enabled(self) -> bool:
@@ -244,23 +273,30 @@ class RolloutContext:
 
     def record_tool_call(self, latency_ms: float = 0.0) -> None:
         """Count one tool call and its latency in the rollout's metrics."""
-        self.metrics.num_tool_calls += 1
-        self.metrics.tool_latency_ms += latency_ms
+        counts = self.llm.metrics if isinstance(self.llm, RolloutLLMClient) else self._tool_counts
+        counts.num_tool_calls += 1
+        counts.tool_latency_ms += latency_ms
 
     def log_event(self, event_type: str, **data: Any) -> None:
-        """Append one JSON line to the rollout's debug trace; a no-op unless debugging is on."""
+        """Append one JSON line to the rollout's debug trace; a no-op unless debugging is on.
+
+        A trace that cannot be written is logged as a warning, never raised (as in v1).
+        """
         if self._debug_dir is None:
             return
         path = debug_trace_path(self._debug_dir, self.request.rollout_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
         line = {
             "event": event_type,
             "rollout_id": self.request.rollout_id,
             "elapsed_ms": round((time.perf_counter() - self._started) * 1000, 3),
             **data,
         }
-        with path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(line, default=str) + "\n")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a", encoding="utf-8") as handle:
+                handle.write(json.dumps(line, default=str) + "\n")
+        except OSError as exc:
+            logger.warning("could not write the debug trace %s: %s", path, exc)
 
 
 _ABSTRACT = ("get_tools", "run")
@@ -291,19 +327,30 @@ class RolloutAgentLoop(abc.ABC):
     async def run(self, ctx: RolloutContext) -> RolloutResult:
         """Run the rollout; an exception becomes an ERROR result."""
 
+    def get_default_tools(self) -> list[OpenAIFunctionToolSchema]:
+        """The tools for a placeholder request, for discovery and validation (v1's)."""
+        return self.get_tools(
+            RolloutRequest(
+                rollout_id="discovery",
+                server_url="http://localhost",
+                messages=[],
+                completion_params={},
+            )
+        )
+
 
 # ---------------------------------------------------------------- v1 names
 
 MessageDict = dict[str, Any]
 SamplingParamsDict = dict[str, Any]
 
-#: The v1 name of the per-rollout LLM client.
-OsmosisLLMClient = RolloutLLMClient
 
-
+@runtime_checkable
 class LLMClientProtocol(Protocol):
     """What ``ctx.llm`` offers (v1 API)."""
 
     async def chat_completions(
-        self, messages: list[MessageDict], **params: Any
+        self, messages: list[MessageDict], **kwargs: Any
     ) -> CompletionsResult: ...
+
+    def get_metrics(self) -> RolloutMetrics: ...

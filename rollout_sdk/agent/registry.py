@@ -18,15 +18,15 @@ class AgentLoopRegistry:
         self._loops: dict[str, RolloutAgentLoop] = {}
         self._lock = threading.Lock()
 
-    def register(self, agent_loop: RolloutAgentLoop) -> None:
-        """Add ``agent_loop``; raise ValueError when its name is taken."""
+    def register(self, loop: RolloutAgentLoop) -> None:
+        """Add ``loop``; raise ValueError when its name is taken."""
         with self._lock:
-            if agent_loop.name in self._loops:
+            if loop.name in self._loops:
                 raise ValueError(
-                    f"Agent loop {agent_loop.name!r} is already registered. Use a different name "
+                    f"Agent loop {loop.name!r} is already registered. Use a different name "
                     "or unregister the existing one first."
                 )
-            self._loops[agent_loop.name] = agent_loop
+            self._loops[loop.name] = loop
 
     def unregister(self, name: str) -> bool:
         """Remove the loop called ``name``; True when there was one."""
@@ -52,9 +52,9 @@ class AgentLoopRegistry:
 _registry = AgentLoopRegistry()
 
 
-def register_agent_loop(agent_loop: RolloutAgentLoop) -> None:
-    """Register ``agent_loop`` globally; ValueError on a duplicate name."""
-    _registry.register(agent_loop)
+def register_agent_loop(loop: RolloutAgentLoop) -> None:
+    """Register ``loop`` globally; ValueError on a duplicate name."""
+    _registry.register(loop)
 
 
 def unregister_agent_loop(name: str) -> bool:

@@ -39,18 +39,18 @@ def create_tool_error_result(tool_call_id: str, error_message: str) -> Message:
     return create_tool_result(tool_call_id, f"Error: {error_message}")
 
 
-def serialize_tool_result(value: Any) -> str:
+def serialize_tool_result(result: Any) -> str:
     """Render a tool's return value as message content.
 
     Booleans as JSON (``true``), numbers through ``str``, strings as they are, anything else as JSON.
     """
-    if isinstance(value, bool):
-        return json.dumps(value)
-    if isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, default=str)
+    if isinstance(result, bool):
+        return json.dumps(result)
+    if isinstance(result, int | float):
+        return str(result)
+    if isinstance(result, str):
+        return result
+    return json.dumps(result, default=str)
 
 
 def parse_tool_arguments(arguments: str | dict[str, Any] | None) -> dict[str, Any]:
@@ -113,11 +113,11 @@ async def execute_tool_calls(
     return list(await asyncio.gather(*(executor(call) for call in tool_calls)))
 
 
-def parse_tool_calls(message: Message | None) -> list[dict[str, Any]]:
+def parse_tool_calls(assistant_message: Message | None) -> list[dict[str, Any]]:
     """The ``tool_calls`` of an assistant message, or an empty list."""
-    if not message:
+    if not assistant_message:
         return []
-    calls = message.get("tool_calls")
+    calls = assistant_message.get("tool_calls")
     return list(calls) if calls else []
 
 

@@ -89,6 +89,8 @@ class DeliveryResult:
     attempts: int
     status_code: int | None = None
     error: str | None = None
+    #: No answer came back because the last attempt timed out (rather than failing to connect).
+    timed_out: bool = False
 
 
 class _RetryableFailure(Exception):
@@ -309,7 +311,10 @@ class TrainGateClient:
             )
         self.telemetry.count(Metric.CALLBACK_ATTEMPTS, outcome.attempts)
         if outcome.answer is None:
-            return DeliveryResult(False, False, outcome.attempts, None, str(outcome.failure))
+            cause = outcome.failure.__cause__ if outcome.failure is not None else None
+            return DeliveryResult(
+                False, False, outcome.attempts, None, str(outcome.failure), _is_timeout(cause)
+            )
         status = outcome.answer.status_code
         if 200 <= status < 300:
             return DeliveryResult(True, True, outcome.attempts, status)

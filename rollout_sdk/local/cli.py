@@ -1,4 +1,4 @@
-"""The ``rollout-sdk`` command: serve, validate, demo."""
+"""The ``rollout-sdk`` command: serve, validate, demo, test."""
 
 from __future__ import annotations
 
@@ -293,6 +293,105 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
+def _cmd_test(args: argparse.Namespace) -> int:
+    from rollout_sdk.local.testrun import run_test
+
+    return run_test(args)
+
+
+def _add_test_parser(sub: Any) -> None:
+    """``rollout-sdk test``: v1's ``osmosis test`` options, plus --concurrency and --timeout."""
+    test = sub.add_parser(
+        "test",
+        help="run an agent over a dataset against a real OpenAI-compatible model",
+        description=(
+            "Run an agent loop over the rows of a dataset against a real model, through the "
+            "kit's own server and worker: a local TrainGate on 127.0.0.1 forwards each chat "
+            "call to an OpenAI-compatible endpoint (OpenAI by default; vLLM, SGLang, Ollama or "
+            "a LiteLLM proxy with --base-url). Rows are .jsonl, .csv or .parquet with the "
+            "columns system_prompt, user_prompt and ground_truth (any case); other columns go "
+            "into the metadata. Exit 0 when every row completed, 1 when one failed (or the run "
+            "could not start), 2 for bad options."
+        ),
+    )
+    agent = test.add_mutually_exclusive_group()
+    agent.add_argument(
+        "-m",
+        "--module",
+        "--agent",
+        dest="module",
+        metavar="MODULE:ATTR",
+        help="the agent loop, e.g. examples.calculator.agent:agent_loop",
+    )
+    agent.add_argument(
+        "--mcp",
+        metavar="DIR",
+        help="a folder whose main.py defines a FastMCP server: its tools, no agent code "
+        "(needs rollout-sdk[mcp])",
+    )
+    test.add_argument(
+        "-d", "--dataset", required=True, metavar="FILE", help="dataset: .jsonl, .csv or .parquet"
+    )
+    test.add_argument(
+        "--model",
+        default="gpt-5-mini",
+        help="model name (default gpt-5-mini); 'openai/NAME' is sent as NAME, other "
+        "'provider/NAME' only with --base-url",
+    )
+    test.add_argument("--limit", type=int, metavar="N", help="test at most N rows (default all)")
+    test.add_argument(
+        "--offset", type=int, default=0, metavar="N", help="skip the first N rows (default 0)"
+    )
+    test.add_argument(
+        "--api-key", metavar="KEY", help="the endpoint's API key (default: OPENAI_API_KEY)"
+    )
+    test.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="base URL of an OpenAI-compatible API, e.g. http://localhost:8000/v1 "
+        "(default https://api.openai.com/v1)",
+    )
+    test.add_argument(
+        "--max-turns", type=int, default=10, metavar="N", help="turn budget per row (default 10)"
+    )
+    test.add_argument(
+        "--max-tokens", type=int, metavar="N", help="completion params: max_tokens per call"
+    )
+    test.add_argument(
+        "--temperature", type=float, metavar="T", help="completion params: temperature"
+    )
+    test.add_argument(
+        "--concurrency", type=int, default=1, metavar="N", help="rows at once (default 1)"
+    )
+    test.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="per chat call to the endpoint (default 300)",
+    )
+    test.add_argument(
+        "--debug",
+        action="store_true",
+        help="show the kit's logs and tracebacks; write ctx.log_event traces to ./test_debug",
+    )
+    test.add_argument("-o", "--output", metavar="FILE", help="write the results as JSON here")
+    test.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress, no summary (an error that stops the command still shows)",
+    )
+    test.add_argument(
+        "-i",
+        "--interactive",
+        action="store_true",
+        help="pause at each chat call to show the answer, its tool calls and the messages",
+    )
+    test.add_argument("--row", type=int, metavar="N", help="with --interactive: start with row N")
+    test.set_defaults(func=_cmd_test)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (also used to render ``--help`` in the docs)."""
     parser = argparse.ArgumentParser(
@@ -487,7 +586,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Start the local server and a TrainGate stand-in with a scripted model on free "
             "loopback ports, run every row of the dataset as a rollout, print a progress bar and "
-            "a summary, and stop both."
+            "a summary, and stop both. With --base-url, the rows go to that real endpoint "
+            "instead, by the path of `rollout-sdk test` (and its summary)."
         ),
     )
     demo.add_argument(
@@ -524,9 +624,25 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=120.0,
         metavar="SECONDS",
-        help="give up waiting for callbacks after this long (default 120)",
+        help="give up waiting for callbacks after this long (default 120); with --base-url, "
+        "the limit of each chat call to the endpoint",
+    )
+    demo.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="run against this OpenAI-compatible endpoint instead of the scripted model, by "
+        "the path of `rollout-sdk test` (e.g. https://api.openai.com/v1)",
+    )
+    demo.add_argument(
+        "--model", metavar="NAME", help="with --base-url: the model (default gpt-5-mini)"
+    )
+    demo.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="with --base-url: the endpoint's API key (default: OPENAI_API_KEY)",
     )
     demo.set_defaults(func=_cmd_demo)
+    _add_test_parser(sub)
     return parser
 
 

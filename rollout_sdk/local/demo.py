@@ -377,6 +377,14 @@ def run_demo(args: argparse.Namespace) -> int:
 
     if args.repeat < 1:
         return _error("--repeat must be at least 1", 2)
+    if args.base_url is not None:
+        return _run_on_endpoint(args)
+    if args.model is not None or args.api_key is not None:
+        return _error(
+            "--model and --api-key need --base-url (without it the demo uses its scripted "
+            "model; for OpenAI itself pass --base-url https://api.openai.com/v1)",
+            2,
+        )
     if args.concurrency < 1:
         return _error("--concurrency must be at least 1", 2)
     if not args.timeout > 0:
@@ -473,3 +481,50 @@ def run_demo(args: argparse.Namespace) -> int:
     )
     print(format_summary(result, title=title))
     return 0 if result.ok else 1
+
+
+def _run_on_endpoint(args: argparse.Namespace) -> int:
+    """``demo --base-url``: the dataset's rows against a real endpoint, through
+    :func:`rollout_sdk.local.testrun.execute` (the path of ``rollout-sdk test``)."""
+    import os
+
+    from rollout_sdk.agent.loader import load_agent_loop
+    from rollout_sdk.errors import ConfigurationError
+    from rollout_sdk.local.dataset import RunRow
+    from rollout_sdk.local.forward import DEFAULT_MODEL, resolve_endpoint
+    from rollout_sdk.local.testrun import execute
+
+    if args.concurrency < 1:
+        return _error("--concurrency must be at least 1", 2)
+    try:
+        endpoint = resolve_endpoint(
+            model=args.model or DEFAULT_MODEL,
+            base_url=args.base_url,
+            api_key=args.api_key,
+            environ=dict(os.environ),
+            timeout=args.timeout,
+        )
+        dataset = load_dataset(args.dataset)
+        agent_loop = load_agent_loop(args.agent)
+    except (DatasetError, ConfigurationError) as exc:
+        return _error(str(exc))
+    rows = [
+        RunRow(index, row.messages, {**row.metadata, "row_index": index})
+        for index, row in enumerate(dataset * args.repeat)
+    ]
+    return execute(
+        agent_loop,
+        endpoint,
+        rows,
+        # None of the scripted run's sampling params: the model's own defaults (reasoning models
+        # refuse a temperature other than 1).
+        params={},
+        max_turns=10,
+        concurrency=args.concurrency,
+        quiet=False,
+        debug=False,
+        title=(
+            f"rollout-sdk demo: {len(rows)} rollouts of {agent_loop.name!r} on "
+            f"{endpoint.model} at {endpoint.base_url} ({args.dataset} x {args.repeat})"
+        ),
+    )

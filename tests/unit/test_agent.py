@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -294,6 +295,49 @@ def test_debug_trace_path_stays_inside_debug_dir(tmp_path: Path, rollout_id: str
     assert json.loads(written[0].read_text())["rollout_id"] == rollout_id
 
 
+@pytest.mark.parametrize(
+    "rollout_id", ["rollout-1", "abc_DEF.09", "a", "x" * 128, "run.2026-12-01", "-dash-first"]
+)
+def test_a_safe_id_is_its_own_file_name_as_in_v1(tmp_path: Path, rollout_id: str) -> None:
+    debug_dir = tmp_path / "debug"
+    make_ctx(request=make_request(rollout_id=rollout_id), debug_dir=debug_dir).log_event("x")
+    assert [p.name for p in debug_dir.iterdir()] == [f"{rollout_id}.jsonl"]
+
+
+@pytest.mark.parametrize(
+    "rollout_id",
+    [
+        ".hidden",  # would be a hidden file
+        "x" * 129,  # past the length bound
+        "a b",
+        "a/b",
+        "caf\u00e9",
+        "name-0123456789ab",  # ends like a hashed name
+    ],
+)
+def test_any_other_id_gets_the_hashed_name(tmp_path: Path, rollout_id: str) -> None:
+    path = debug_trace_path(tmp_path, rollout_id)
+    assert path.parent == tmp_path
+    assert path.name != f"{rollout_id}.jsonl"
+    assert re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]*-[0-9a-f]{12}\.jsonl", path.name), path.name
+
+
+def test_a_safe_id_never_takes_the_name_of_a_hashed_one(tmp_path: Path) -> None:
+    hashed = debug_trace_path(tmp_path, "a/b")
+    lookalike = hashed.name.removesuffix(".jsonl")  # a safe id spelled like that file name
+    assert debug_trace_path(tmp_path, lookalike) != hashed
+
+
+def test_a_trace_that_cannot_be_written_is_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    ctx = make_ctx(debug_dir=blocker / "traces")
+    ctx.log_event("start")  # does not raise
+    assert "could not write the debug trace" in caplog.text
+
+
 def test_debug_trace_paths_of_distinct_ids_are_distinct(tmp_path: Path) -> None:
     first = debug_trace_path(tmp_path, "a/b")
     second = debug_trace_path(tmp_path, "a_b")
@@ -426,3 +470,29 @@ def test_rollout_result_defaults() -> None:
     assert result.metrics is None
     assert result.reward is None
     assert RolloutMetrics().num_llm_calls == 0
+
+
+async def test_a_context_over_any_v1_llm_client_protocol() -> None:
+    # v1's context took any LLMClientProtocol: metrics come from its get_metrics(), the tool
+    # counts from the context.
+    class ScriptedLLM:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def chat_completions(
+            self, messages: list[dict[str, Any]], **kwargs: Any
+        ) -> CompletionsResult:
+            self.calls += 1
+            return CompletionsResult(message={"role": "assistant", "content": "4"})
+
+        def get_metrics(self) -> RolloutMetrics:
+            return RolloutMetrics(num_llm_calls=self.calls, prompt_tokens=7 * self.calls)
+
+    ctx = RolloutContext(make_request(), [], cast(Any, ScriptedLLM()))
+    result = await ctx.chat(HISTORY, temperature=0.3)
+    ctx.record_tool_call(latency_ms=1.5)
+    ctx.record_tool_call()
+    done = ctx.complete([*HISTORY, result.message])
+    assert done.metrics is not None
+    assert (done.metrics.num_llm_calls, done.metrics.prompt_tokens) == (1, 7)
+    assert (done.metrics.num_tool_calls, done.metrics.tool_latency_ms) == (2, 1.5)

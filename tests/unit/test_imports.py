@@ -15,96 +15,28 @@ import pytest
 import rollout_sdk
 from rollout_sdk.testing.imports import AUTHOR_IMPORT, SERVER_MODULES, probe_import
 
-#: The facade's names as of the v1 API (and before the facade turned lazy): none may go.
-V1_NAMES = [
-    "DEFAULT_HOST",
-    "DEFAULT_MAX_METADATA_SIZE_BYTES",
-    "DEFAULT_PORT",
-    "AgentLoopNotFoundError",
-    "AgentLoopRegistry",
-    "AgentLoopValidationError",
-    "CompletionUsage",
-    "CompletionsChoice",
-    "CompletionsRequest",
-    "CompletionsResponse",
-    "CompletionsResult",
-    "InitResponse",
-    "LLMClientProtocol",
-    "MessageDict",
-    "OpenAIFunctionCallSchema",
-    "OpenAIFunctionParametersSchema",
-    "OpenAIFunctionParsedSchema",
-    "OpenAIFunctionPropertySchema",
-    "OpenAIFunctionSchema",
-    "OpenAIFunctionToolCall",
-    "OpenAIFunctionToolSchema",
-    "OsmosisLLMClient",
-    "OsmosisRolloutError",
-    "OsmosisServerError",
-    "OsmosisTimeoutError",
-    "OsmosisTransportError",
-    "OsmosisValidationError",
-    "RolloutAgentLoop",
-    "RolloutClientSettings",
-    "RolloutContext",
-    "RolloutError",
-    "RolloutLLMClient",
-    "RolloutMetrics",
-    "RolloutRequest",
-    "RolloutResponse",
-    "RolloutResult",
-    "RolloutServerSettings",
-    "RolloutSettings",
-    "RolloutStatus",
-    "SamplingParamsDict",
-    "ServeError",
-    "ToolArgumentError",
-    "ToolExecutionError",
-    "ToolResponse",
-    "ValidationError",
-    "ValidationResult",
-    "configure",
-    "count_messages_by_role",
-    "create_app",
-    "create_tool_error_result",
-    "create_tool_result",
-    "execute_tool_calls",
-    "get_agent_loop",
-    "get_max_metadata_size_bytes",
-    "get_message_content",
-    "get_message_role",
-    "get_settings",
-    "get_tool_call_info",
-    "is_assistant_message",
-    "is_tool_message",
-    "is_user_message",
-    "list_agent_loops",
-    "normalize_stop",
-    "parse_tool_arguments",
-    "parse_tool_calls",
-    "register_agent_loop",
-    "reset_settings",
-    "serialize_tool_result",
-    "serve_agent_loop",
-    "set_max_metadata_size_bytes",
-    "unregister_agent_loop",
-    "validate_agent_loop",
-    "validate_and_report",
-]
+from .test_v1_surface import V1_ALL
+
+#: The kit's names beyond v1's (tests/unit/test_v1_surface.py lists v1's, from its source): the
+#: root of its exception tree and the in-server LLM client.
+KIT_NAMES = ("RolloutError", "RolloutLLMClient")
 
 
-def test_all_is_the_v1_list() -> None:
-    assert rollout_sdk.__all__ == V1_NAMES
+def test_all_is_v1s_names_and_the_kits() -> None:
+    # None of v1's names may go, and nothing is exported by accident.
+    assert len(set(rollout_sdk.__all__)) == len(rollout_sdk.__all__)
+    assert sorted(rollout_sdk.__all__) == sorted([*V1_ALL, *KIT_NAMES])
 
 
 def test_every_name_resolves_to_its_module_object() -> None:
     from rollout_sdk import errors
-    from rollout_sdk.agent import loop, validation
+    from rollout_sdk.agent import llm_client, loop, validation
 
     for name in rollout_sdk.__all__:
         assert getattr(rollout_sdk, name) is not None, name
     assert set(rollout_sdk.__all__) <= set(dir(rollout_sdk))
-    assert rollout_sdk.OsmosisLLMClient is loop.RolloutLLMClient
+    assert rollout_sdk.OsmosisLLMClient is llm_client.OsmosisLLMClient
+    assert issubclass(rollout_sdk.OsmosisLLMClient, loop.RolloutLLMClient)
     assert rollout_sdk.ValidationError is validation.ValidationError  # v1's, not pydantic's
     assert rollout_sdk.ServeError is errors.ServeError
     assert rollout_sdk.MessageDict == rollout_sdk.SamplingParamsDict == dict[str, Any]
@@ -135,6 +67,16 @@ def test_the_agent_authors_import_loads_no_server_module() -> None:
     assert probe.ok, probe.error
     assert probe.loaded(SERVER_MODULES) == []
     assert probe.loaded(["pydantic_settings", "rollout_sdk.local", "rollout_sdk.http"]) == []
+
+
+def test_naming_the_client_and_the_network_helpers_loads_no_http_stack() -> None:
+    # Both reach the HTTP stack only when called (OsmosisLLMClient(...), detect_public_ip()).
+    probe = probe_import(
+        "from rollout_sdk import OsmosisLLMClient, detect_public_ip, validate_ipv4, "
+        "is_private_ip, is_valid_hostname_or_ip, PublicIPDetectionError"
+    )
+    assert probe.ok, probe.error
+    assert probe.loaded([*SERVER_MODULES, "aiohttp", "pydantic_settings"]) == []
 
 
 def test_importing_the_package_alone_loads_none_of_its_modules() -> None:

@@ -132,7 +132,7 @@ def test_get_tool_call_info_from_dict_and_model() -> None:
     as_dict = call("c1", "add", '{"a": 1, "b": 2}')
     assert get_tool_call_info(as_dict) == ("c1", "add", {"a": 1, "b": 2})
     model = OpenAIFunctionToolCall(
-        id="c2", function=OpenAIFunctionCallSchema(name="mul", arguments='{"x": 3}')
+        id="c2", function=OpenAIFunctionCallSchema(name="mul", arguments={"x": 3})
     )
     assert get_tool_call_info(model) == ("c2", "mul", {"x": 3})
 

@@ -1,0 +1,177 @@
+"""Datasets of ``rollout-sdk test``: v1's formats (.jsonl, .csv, .parquet) and columns.
+
+Each row has the columns ``system_prompt``, ``user_prompt`` and ``ground_truth`` (any case, each a
+non-empty string); every other column is carried into the rollout's metadata under its own name.
+A row becomes a rollout the way v1's ``osmosis test`` made one: the system and the user message,
+and the metadata ``{"ground_truth": ..., "row_index": N, <other columns>, "execution_mode":
+"test", "test_mode": true}``, where N counts rows from 0 in the file (``--offset`` included).
+
+Parquet is read with pyarrow, the optional extra ``rollout-sdk[parquet]``. Every error is a
+:class:`~rollout_sdk.errors.DatasetError` naming the file, the row (and the line of a .jsonl or
+.csv file), the column, and what to change.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rollout_sdk.errors import DatasetError
+
+REQUIRED_COLUMNS = ("system_prompt", "user_prompt", "ground_truth")
+FORMATS = (".jsonl", ".csv", ".parquet")
+#: What v1 put in every test rollout's metadata beside the row's own columns.
+TEST_METADATA: dict[str, Any] = {"execution_mode": "test", "test_mode": True}
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One rollout to run: its row index, initial conversation and metadata."""
+
+    row_index: int
+    messages: list[dict[str, Any]]
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The rows picked by ``--offset`` and ``--limit`` and how many the file holds."""
+
+    rows: list[RunRow]
+    total: int
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` as JSON can carry it: parquet gives dates, decimals and bytes, which become
+    strings; NaN (pandas' missing value) becomes null."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return None if math.isnan(value) or math.isinf(value) else value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+def _raw_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    """(where, row) for each row of the file, ``where`` naming its line when it has one."""
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        yield from _parquet_rows(path)
+        return
+    try:
+        handle = path.open(encoding="utf-8", newline="")
+    except OSError as exc:
+        raise DatasetError(f"cannot read dataset {path}: {exc.strerror or exc}") from exc
+    with handle:
+        try:
+            if suffix == ".jsonl":
+                for lineno, line in enumerate(handle, start=1):
+                    if not line.strip():
+                        continue
+                    try:
+                        yield f"line {lineno}", json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise DatasetError(
+                            f"{path}, line {lineno}: not valid JSON ({exc.msg} at column "
+                            f"{exc.colno}); each line must be one JSON object"
+                        ) from exc
+            else:
+                reader = csv.DictReader(handle)
+                for row in reader:
+                    if None in row:
+                        raise DatasetError(
+                            f"{path}, line {reader.line_num}: more fields than the header has "
+                            "columns; quote fields that contain commas"
+                        )
+                    yield f"line {reader.line_num}", row
+        except UnicodeDecodeError as exc:
+            raise DatasetError(f"{path}: not UTF-8 text ({exc.reason}); save it as UTF-8") from exc
+        except csv.Error as exc:
+            raise DatasetError(f"{path}: not valid CSV: {exc}") from exc
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise DatasetError(
+            f"{path}: reading .parquet needs pyarrow, which is in the optional extra: "
+            "pip install 'rollout-sdk[parquet]' (or use a .jsonl or .csv dataset)"
+        ) from exc
+    try:
+        table = pq.read_table(path)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise DatasetError(f"cannot read the parquet dataset {path}: {exc}") from exc
+    for row in table.to_pylist():
+        yield "", row
+
+
+def _row(path: Path, where: str, row_index: int, row: Any) -> RunRow:
+    at = f"{path}, row {row_index}" + (f" ({where})" if where else "")
+    if not isinstance(row, dict):
+        raise DatasetError(f"{at}: a row must be an object with columns, got {type(row).__name__}")
+    by_lower = {str(k).lower(): k for k in row}
+    values: dict[str, str] = {}
+    for column in REQUIRED_COLUMNS:
+        if column not in by_lower:
+            raise DatasetError(
+                f"{at}: no column {column!r}; every row needs {', '.join(REQUIRED_COLUMNS)} "
+                "(any case); other columns go into the metadata"
+            )
+        value = row[by_lower[column]]
+        if value is None:
+            raise DatasetError(f"{at}: column {column!r} is null; give it a non-empty string")
+        if not isinstance(value, str):
+            raise DatasetError(
+                f"{at}: column {column!r} must be a string, got {type(value).__name__}; "
+                f'write it as text, e.g. "{value}"'
+            )
+        if not value.strip():
+            raise DatasetError(f"{at}: column {column!r} is empty; give it a non-empty string")
+        values[column] = value
+    metadata: dict[str, Any] = {"ground_truth": values["ground_truth"], "row_index": row_index}
+    for key, value in row.items():
+        if str(key).lower() not in REQUIRED_COLUMNS:
+            metadata[str(key)] = _jsonable(value)
+    metadata.update(TEST_METADATA)
+    return RunRow(
+        row_index=row_index,
+        messages=[
+            {"role": "system", "content": values["system_prompt"]},
+            {"role": "user", "content": values["user_prompt"]},
+        ],
+        metadata=metadata,
+    )
+
+
+def read_rows(path: str | Path, *, limit: int | None = None, offset: int = 0) -> Selection:
+    """The rows ``offset`` to ``offset + limit`` of a .jsonl, .csv or .parquet dataset (only
+    those are checked, as in v1), and the number of rows in the file.
+
+    Raises DatasetError for a missing or unreadable file, an unknown format, or a bad row.
+    """
+    path = Path(path)
+    if path.suffix.lower() not in FORMATS:
+        raise DatasetError(
+            f"{path}: unknown dataset format {path.suffix or '(no suffix)'!r}; use "
+            ".jsonl, .csv or .parquet"
+        )
+    if not path.is_file():
+        raise DatasetError(f"dataset {path} not found (current folder: {Path.cwd()})")
+    rows: list[RunRow] = []
+    total = 0
+    for index, (where, raw) in enumerate(_raw_rows(path)):
+        total += 1
+        if index >= offset and (limit is None or len(rows) < limit):
+            rows.append(_row(path, where, index, raw))
+    return Selection(rows=rows, total=total)
