@@ -90,6 +90,11 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._session: aiohttp.ClientSession | None = None
         self._timeouts: dict[tuple[float | None, ...], aiohttp.ClientTimeout] = {}
 
+    @property
+    def is_open(self) -> bool:
+        """A session (and its pool) exists: built by the first request, gone after aclose()."""
+        return self._session is not None and not self._session.closed
+
     def _open(self) -> aiohttp.ClientSession:
         trace = aiohttp.TraceConfig()
         trace.on_connection_reuseconn.append(_on_reuse)

@@ -20,6 +20,7 @@ import pytest
 import snapshot_restore_py
 
 from rollout_sdk.aws import snapstart
+from rollout_sdk.engine.transport import AiohttpTransport
 from rollout_sdk.local.invoke import invoke, load_event
 from rollout_sdk.testing.standin import TrainGateStandIn
 from testkit.aws import fake_aws_env
@@ -81,14 +82,16 @@ def test_after_a_restore_the_clients_connect_afresh_and_rollouts_still_run(
         assert ran.result["state"] == "DELIVERED"
 
     rollout("before-snapshot")  # a warm environment: pools hold connections, as in a snapshot
-    pool = runtime.client.http
+    pool = runtime.client.transport
+    assert isinstance(pool, AiohttpTransport)
+    assert pool.is_open
     dynamodb_pools = runtime.clients.dynamodb._endpoint.http_session._manager.pools
     assert len(dynamodb_pools) > 0
 
     restore(runtime)
 
-    assert pool.is_closed
-    assert runtime.client.http is not pool  # a new pool on the next request
+    assert not pool.is_open
+    assert runtime.client.transport is not pool  # a new pool on the next request
     assert len(dynamodb_pools) == 0  # botocore's pools emptied; the client object stays
     rollout("after-restore")
     assert [r["status"] for r in traingate.completions["after-restore"]] == ["COMPLETED"]
