@@ -77,7 +77,9 @@ def import_fastmcp() -> types.ModuleType:
             import fastmcp
     except ImportError as exc:
         raise MCPLoadError(
-            f"MCP support needs FastMCP, which is not installed ({exc}): {INSTALL_HINT}"
+            f"MCP support needs FastMCP, which is not installed ({exc}): {INSTALL_HINT} "
+            "(on Lambda: build with MCP_FOLDER set, e.g. make build-lambda "
+            "MCP_FOLDER=examples/mcp_calculator; docs/aws.md)"
         ) from exc
     return fastmcp
 
