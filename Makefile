@@ -82,6 +82,11 @@ clean:
 # requirements.txt, built for the Lambda runtime's Python and architecture (ARCH=x86_64 or
 # arm64, matching the template's Architecture).
 AGENT_SOURCES ?= examples
+# The template's McpFolder, when the functions serve an MCP folder (MCPAgentLoop): set, FastMCP
+# and its dependencies (infra/requirements-mcp.txt) enter the artifact; empty, they do not.
+# `make build-lambda MCP_FOLDER=examples/mcp_calculator` (or MCP_FOLDER=... in the environment
+# of `sam build`) reaches the build-<LogicalId> targets SAM runs: make passes it on to them.
+MCP_FOLDER ?=
 ARCH ?= x86_64
 LAMBDA_PYTHON ?= 3.13
 LAMBDA_PLATFORM = $(if $(filter arm64,$(ARCH)),manylinux2014_aarch64,manylinux2014_x86_64)
@@ -99,10 +104,12 @@ define lambda_artifact
 	rm -rf "$(ARTIFACTS_DIR)/rollout_sdk/local" "$(ARTIFACTS_DIR)/rollout_sdk/testing" \
 		"$(ARTIFACTS_DIR)/rollout_sdk/__main__.py"
 	find "$(ARTIFACTS_DIR)" -name '__pycache__' -prune -exec rm -rf {} +
+	$(if $(MCP_FOLDER),@test -f "$(ARTIFACTS_DIR)/$(MCP_FOLDER)/main.py" || { echo "MCP_FOLDER=$(MCP_FOLDER): no main.py there in the artifact; name a folder under AGENT_SOURCES ($(AGENT_SOURCES)) that holds the server's main.py" >&2; exit 2; })
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check --no-compile \
 		--platform $(LAMBDA_PLATFORM) --implementation cp --python-version $(LAMBDA_PYTHON) \
 		--only-binary=:all: --target "$(ARTIFACTS_DIR)" \
-		-c constraints.txt -r infra/requirements-lambda.txt -r requirements.txt
+		-c constraints.txt -r infra/requirements-lambda.txt -r requirements.txt \
+		$(if $(MCP_FOLDER),-r infra/requirements-mcp.txt)
 	rm -rf "$(ARTIFACTS_DIR)"/*.dist-info/RECORD "$(ARTIFACTS_DIR)/bin"
 	# aws-xray-sdk requires botocore, which brings urllib3, python-dateutil and six: the Lambda
 	# Python runtime provides all four (with boto3), so the artifact does not ship them (22 MB).

@@ -33,7 +33,8 @@ the v1 Osmosis SDK are kept, with their meaning, so ported agents can keep catch
     ├── ServeError                          the local server could not start
     ├── PublicIPDetectionError              detect_public_ip found no public address
     ├── RegisterError                       registering with the platform could not be done
-    └── DatasetError                        the demo's dataset cannot be read or a row is bad
+    ├── DatasetError                        the demo's dataset cannot be read or a row is bad
+    └── MCPLoadError                        an MCP folder cannot be loaded (v1: an Exception)
 
 The HTTP answer of each (status, headers, body) is one table, :mod:`rollout_sdk.http.problems`,
 which the app and the ASGI middlewares both render from.
@@ -260,3 +261,10 @@ class RegisterError(RolloutError):
 
 class DatasetError(RolloutError):
     """The dataset file cannot be read or a row is malformed (the message names file and line)."""
+
+
+class MCPLoadError(RolloutError):
+    """An MCP folder cannot be loaded: no folder, no ``main.py``, FastMCP not installed,
+    ``main.py`` failing to import, or no FastMCP instance in it (the message says which, and
+    what to do). v1 derived it from ``Exception`` alone, outside its agent-API tree; here it is
+    under the kit's root, and still not an ``OsmosisRolloutError``."""

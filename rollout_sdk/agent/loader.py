@@ -48,7 +48,16 @@ def load_object(spec: str) -> Any:
 
 
 def load_agent_loop(spec: str) -> Any:
-    """Load an agent loop instance; a class with a no-argument constructor is instantiated."""
+    """Load an agent loop instance; a class with a no-argument constructor is instantiated.
+
+    ``mcp:FOLDER`` names an MCP folder instead (what the template's McpFolder parameter sets):
+    the :class:`~rollout_sdk.mcp.MCPAgentLoop` of its FastMCP server; MCPLoadError if it cannot
+    be loaded. (``mcp`` is also the MCP SDK's package name, which holds no agent loop.)
+    """
+    if spec.startswith("mcp:"):
+        from rollout_sdk.mcp import agent_loop_from_folder
+
+        return agent_loop_from_folder(spec.removeprefix("mcp:"))
     target = load_object(spec)
     if inspect.isclass(target):
         try:

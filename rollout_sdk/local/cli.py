@@ -31,11 +31,11 @@ def _fail(message: str, code: int = 2) -> int:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from rollout_sdk.agent.loader import load_agent_loop
     from rollout_sdk.agent.validation import format_report, validate_agent_loop
-    from rollout_sdk.errors import ConfigurationError
+    from rollout_sdk.errors import ConfigurationError, MCPLoadError
 
     try:
         agent_loop = load_agent_loop(args.agent)
-    except ConfigurationError as exc:
+    except (ConfigurationError, MCPLoadError) as exc:
         return _fail(str(exc), 1)
     result = validate_agent_loop(agent_loop)
     print(format_report(result, verbose=args.verbose))
@@ -47,14 +47,19 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     from rollout_sdk.agent.loader import load_agent_loop
     from rollout_sdk.agent.validation import format_report, validate_agent_loop
-    from rollout_sdk.errors import ConfigurationError, StoreError
+    from rollout_sdk.errors import ConfigurationError, MCPLoadError, StoreError
     from rollout_sdk.local.server import build_local_app
     from rollout_sdk.settings import get_settings
 
     try:
         settings = get_settings()
-        agent_loop = load_agent_loop(args.agent)
-    except ConfigurationError as exc:
+        if args.mcp is not None:
+            from rollout_sdk.mcp import agent_loop_from_folder
+
+            agent_loop = agent_loop_from_folder(args.mcp)
+        else:
+            agent_loop = load_agent_loop(args.agent)
+    except (ConfigurationError, MCPLoadError) as exc:
         return _fail(str(exc), 1)
     result = validate_agent_loop(agent_loop)
     if not result.valid:
@@ -409,11 +414,18 @@ def build_parser() -> argparse.ArgumentParser:
             "variables (see the README)."
         ),
     )
-    serve.add_argument(
+    # One of the two: an agent loop of your own, or the MCPAgentLoop of an MCP folder.
+    served = serve.add_mutually_exclusive_group(required=True)
+    served.add_argument(
         "--agent",
-        required=True,
         metavar="MODULE:ATTR",
         help="the agent loop to serve, e.g. examples.calculator.agent:agent_loop",
+    )
+    served.add_argument(
+        "--mcp",
+        metavar="DIR",
+        help="instead of --agent: serve the built-in MCPAgentLoop on the FastMCP server that "
+        "DIR/main.py defines, e.g. examples/mcp_calculator (needs pip install 'rollout-sdk[mcp]')",
     )
     serve.add_argument(
         "--host",

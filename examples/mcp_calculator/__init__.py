@@ -1,0 +1,1 @@
+"""The calculator's tools as a FastMCP server: served with ``--mcp examples/mcp_calculator``."""
