@@ -281,6 +281,34 @@ def test_mcp_without_the_extra_says_what_to_install(
     assert "pip install 'rollout-sdk[mcp]'" in capsys.readouterr().err
 
 
+def test_an_mcp_folder_runs_as_the_agent(endpoint: Endpoint, tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    result = _cli(
+        "test",
+        "--mcp",
+        "examples/mcp_calculator",
+        "-d",
+        str(_dataset(tmp_path, rows=2)),
+        "--base-url",
+        endpoint.base_url,
+        "-o",
+        str(out),
+        OPENAI_API_KEY=KEY,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(out.read_text())
+    assert [(r["success"], r["finish_reason"]) for r in report["results"]] == [
+        (True, "stop"),
+        (True, "stop"),
+    ]
+    # The MCP server's tools went to the endpoint, and its tool ran: the result came back.
+    first = endpoint.bodies()[0]
+    assert {t["function"]["name"] for t in first["tools"]} == {"calculate", "square_root"}
+    second = [b for b in endpoint.bodies() if len(b["messages"]) > 2]
+    assert [b["messages"][3]["role"] for b in second] == ["tool", "tool"]
+    assert {b["messages"][3]["content"] for b in second} == {"47", "42"}
+
+
 def test_a_bad_dataset_names_file_row_and_column(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
