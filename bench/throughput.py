@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
+import aiohttp
 import httpx
 
 from bench.common import (
@@ -188,12 +189,17 @@ async def _drive_kit(
 
     signal.notify = notify
     headers = {"Authorization": f"Bearer {server.server_key}"} if server.server_key else {}
-    limits = httpx.Limits(
-        max_connections=run.concurrency + 2, max_keepalive_connections=run.concurrency + 2
-    )
     pid = server.process.pid if server.process else 0
-    async with httpx.AsyncClient(
-        base_url=server.url, headers=headers, timeout=60.0, limits=limits
+    # The inits go out through aiohttp, not httpx: this process also serves the stand-in, and
+    # an httpx driver cost it so much CPU (about 2 ms per request, under one GIL with the
+    # stand-in's thread) that it, not the server, bounded the run: measured, the same server
+    # ran 60 rollouts/s driven by httpx and 136/s driven by aiohttp.
+    connector = aiohttp.TCPConnector(limit=run.concurrency + 2)
+    async with aiohttp.ClientSession(
+        base_url=server.url,
+        headers=headers,
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=60.0),
     ) as client:
         refused = 0
 
@@ -206,17 +212,18 @@ async def _drive_kit(
             started = time.perf_counter()
             for attempt in range(2):
                 try:
-                    response = await client.post("/v1/rollout/init", json=body)
-                    status = str(response.status_code)
+                    async with client.post("/v1/rollout/init", json=body) as response:
+                        await response.read()
+                        status = str(response.status)
                     break
-                except httpx.TransportError as exc:
+                except aiohttp.ClientConnectionError as exc:
                     # A kept-alive connection the server closed as this request went out (or a
                     # real failure): TrainGate would send the init again, which is safe (a
                     # duplicate gets the identical 202); counted, and timed from the first send.
                     status = type(exc).__name__
                     if attempt == 0:
                         retried[status] += 1
-                except httpx.HTTPError as exc:
+                except (aiohttp.ClientError, TimeoutError) as exc:
                     status = type(exc).__name__
                     break
             init_ms[i] = (time.perf_counter() - started) * 1000
