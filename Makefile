@@ -122,6 +122,18 @@ define lambda_artifact
 	find "$(ARTIFACTS_DIR)" \( -name '*.pyi' -o -name 'py.typed' \) -delete
 	find "$(ARTIFACTS_DIR)" -mindepth 2 -type d \( -name tests -o -name __pycache__ \) -prune -exec rm -rf {} +
 	rm -rf "$(ARTIFACTS_DIR)/aws_lambda_powertools/event_handler"
+	# The TrainGate client sends through aiohttp (rollout_sdk/engine/transport.py): not its server,
+	# test or gunicorn modules, nor its Cython sources; nor httpcore and h11, which httpx imports
+	# only to build its own transport, which nothing on Lambda builds (bench/package.py imports
+	# the handler and runs an event of each function on the result).
+	rm -rf "$(ARTIFACTS_DIR)"/aiohttp/web*.py "$(ARTIFACTS_DIR)"/aiohttp/pytest_plugin.py \
+		"$(ARTIFACTS_DIR)"/aiohttp/test_utils.py "$(ARTIFACTS_DIR)"/aiohttp/worker.py \
+		"$(ARTIFACTS_DIR)"/aiohttp/*.pyx "$(ARTIFACTS_DIR)"/aiohttp/*.pxd "$(ARTIFACTS_DIR)"/aiohttp/*.pxi \
+		"$(ARTIFACTS_DIR)"/httpcore "$(ARTIFACTS_DIR)"/httpcore-*.dist-info \
+		"$(ARTIFACTS_DIR)"/h11 "$(ARTIFACTS_DIR)"/h11-*.dist-info
+	# Package metadata keeps its headers (what importlib.metadata reads: names, versions, entry
+	# points stay in their own files) and drops the long description after them.
+	$(PYTHON) -c 'import pathlib, sys; [p.write_text(p.read_text(encoding="utf-8").split("\n\n", 1)[0] + "\n", encoding="utf-8") for p in pathlib.Path(sys.argv[1]).glob("*.dist-info/METADATA")]' "$(ARTIFACTS_DIR)"
 	find "$(ARTIFACTS_DIR)" -name '*.so' -exec strip --strip-unneeded {} + 2>/dev/null || true
 	# Bytecode by the runtime's own Python: Lambda's code folder is read-only, so without it
 	# every cold start compiles every module from source. unchecked-hash, because a zip keeps

@@ -93,3 +93,43 @@ def test_the_api_s_first_request_loads_no_http_client() -> None:
     probe = _fresh("api", _CONTEXT.format(event=event))
     assert probe.loaded(["fastapi", "mangum"])  # the request did go through the app
     assert probe.loaded(NOT_AFTER_API_REQUEST) == []
+
+
+#: A chat call through the TrainGate client's default transport, to a one-answer server on
+#: 127.0.0.1 in the same process.
+_CHAT = """
+import asyncio, json
+from rollout_sdk.engine.client import TrainGateClient
+
+BODY = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "m",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "4"},
+    "finish_reason": "stop"}]}).encode()
+
+async def serve(reader, writer):
+    head = await reader.readuntil(b"\\r\\n\\r\\n")
+    length = [int(l.split(b":")[1]) for l in head.split(b"\\r\\n") if l.lower().startswith(b"content-length")]
+    await reader.readexactly(length[0] if length else 0)
+    writer.write(b"HTTP/1.1 200 OK\\r\\nContent-Type: application/json\\r\\nContent-Length: "
+        + str(len(BODY)).encode() + b"\\r\\nConnection: close\\r\\n\\r\\n" + BODY)
+    await writer.drain()
+    writer.close()
+
+async def main():
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = TrainGateClient()
+    answer = await client.chat(f"http://127.0.0.1:{port}", {"model": "m", "messages": []}, api_key="k")
+    assert answer.choices[0].message["content"] == "4"
+    await client.aclose()
+    server.close()
+
+asyncio.run(main())
+"""
+
+
+def test_a_chat_call_needs_neither_httpcore_nor_h11() -> None:
+    # The Lambda artifact ships without them (the Makefile's lambda_artifact): httpx imports
+    # httpcore only to build its own transport, which the TrainGate client does not use.
+    probe = _fresh("worker", _CHAT)
+    assert probe.loaded(["aiohttp", "httpx"])  # the call went through the kit's stack
+    assert probe.loaded(["httpcore", "h11"]) == []
