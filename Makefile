@@ -123,14 +123,18 @@ define lambda_artifact
 	find "$(ARTIFACTS_DIR)" -mindepth 2 -type d \( -name tests -o -name __pycache__ \) -prune -exec rm -rf {} +
 	rm -rf "$(ARTIFACTS_DIR)/aws_lambda_powertools/event_handler"
 	# The TrainGate client sends through aiohttp (rollout_sdk/engine/transport.py): not its server,
-	# test or gunicorn modules, nor its Cython sources; nor httpcore and h11, which httpx imports
-	# only to build its own transport, which nothing on Lambda builds (bench/package.py imports
-	# the handler and runs an event of each function on the result).
+	# test or gunicorn modules; nor httpcore and h11, which httpx imports only to build its own
+	# transport, which nothing on Lambda builds (bench/package.py imports the handler and runs an
+	# event of each function on the result).
 	rm -rf "$(ARTIFACTS_DIR)"/aiohttp/web*.py "$(ARTIFACTS_DIR)"/aiohttp/pytest_plugin.py \
 		"$(ARTIFACTS_DIR)"/aiohttp/test_utils.py "$(ARTIFACTS_DIR)"/aiohttp/worker.py \
-		"$(ARTIFACTS_DIR)"/aiohttp/*.pyx "$(ARTIFACTS_DIR)"/aiohttp/*.pxd "$(ARTIFACTS_DIR)"/aiohttp/*.pxi \
 		"$(ARTIFACTS_DIR)"/httpcore "$(ARTIFACTS_DIR)"/httpcore-*.dist-info \
 		"$(ARTIFACTS_DIR)"/h11 "$(ARTIFACTS_DIR)"/h11-*.dist-info
+	# Nor the sources the compiled extensions were built from (Cython and C), nor the software
+	# bills of materials some wheels carry: nothing reads them at run time.
+	find "$(ARTIFACTS_DIR)" -type f \( -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' \
+		-o -name '*.c' -o -name '*.h' -o -name '*.cpp' \) -delete
+	rm -rf "$(ARTIFACTS_DIR)"/*.dist-info/sboms
 	# Package metadata keeps its headers (what importlib.metadata reads: names, versions, entry
 	# points stay in their own files) and drops the long description after them.
 	$(PYTHON) -c 'import pathlib, sys; [p.write_text(p.read_text(encoding="utf-8").split("\n\n", 1)[0] + "\n", encoding="utf-8") for p in pathlib.Path(sys.argv[1]).glob("*.dist-info/METADATA")]' "$(ARTIFACTS_DIR)"
