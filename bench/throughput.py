@@ -47,6 +47,7 @@ from bench.common import (
     child_env,
     cpu_seconds,
     emit_result,
+    median,
     parse_result,
     peak_rss,
     steady_window,
@@ -586,6 +587,31 @@ async def bare_client(
     return {"errors": dict(errors), "cpu_seconds": time.process_time() - cpu_before}
 
 
+def _bare_client_process(
+    url: str,
+    callback_key: str,
+    *,
+    client: str,
+    rollouts: int,
+    concurrency: int,
+    tag: str,
+    timeout: float,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m bench.throughput baseline`` (one bare client) as a subprocess, to its end;
+    raises TimeoutExpired (having killed it) after ``timeout`` seconds."""
+    argv = [sys.executable, "-m", "bench.throughput", BASELINE, "--url", url, "--client", client]
+    argv += ["--rollouts", str(rollouts), "--concurrency", str(concurrency), "--tag", tag]
+    return subprocess.run(  # noqa: S603 - a fixed argv list, no shell
+        argv,
+        cwd=REPO_ROOT,
+        env=child_env({"BENCH_CALLBACK_KEY": callback_key}),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def run_baseline(
     *, rollouts: int, warmup: int, concurrency: int, deadline: float, client: str = "raw"
 ) -> ThroughputRun:
@@ -597,32 +623,16 @@ def run_baseline(
     tag = f"{label}-{secrets.token_hex(4)}"
     total = warmup + rollouts
     with standin_thread(callback_key) as (standin, signal, url):
-        argv = [
-            sys.executable,
-            "-m",
-            "bench.throughput",
-            BASELINE,
-            "--url",
-            url,
-            "--client",
-            client,
-            "--rollouts",
-            str(total),
-            "--concurrency",
-            str(concurrency),
-            "--tag",
-            tag,
-        ]
         began = time.perf_counter()
         try:
-            done = subprocess.run(  # noqa: S603 - a fixed argv list, no shell
-                argv,
-                cwd=REPO_ROOT,
-                env=child_env({"BENCH_CALLBACK_KEY": callback_key}),
-                capture_output=True,
-                text=True,
+            done = _bare_client_process(
+                url,
+                callback_key,
+                client=client,
+                rollouts=total,
+                concurrency=concurrency,
+                tag=tag,
                 timeout=deadline,
-                check=False,
             )
         except subprocess.TimeoutExpired:  # run() has killed it
             run.failures.append(f"the baseline client took longer than {deadline:g} s")
@@ -662,18 +672,15 @@ def _ceiling(args: argparse.Namespace) -> int:
         try:
             for i in range(args.runs):
                 for client in clients:
-                    argv = [sys.executable, "-m", "bench.throughput", BASELINE, "--url"]
-                    argv += [standin.url, "--client", client, "--rollouts", str(args.rollouts)]
-                    argv += ["--concurrency", str(args.concurrency), "--tag", f"c{i}-{client}"]
                     began = time.perf_counter()
-                    done = subprocess.run(  # noqa: S603 - a fixed argv list, no shell
-                        argv,
-                        cwd=REPO_ROOT,
-                        env=child_env({"BENCH_CALLBACK_KEY": key}),
-                        capture_output=True,
-                        text=True,
+                    done = _bare_client_process(
+                        standin.url,
+                        key,
+                        client=client,
+                        rollouts=args.rollouts,
+                        concurrency=args.concurrency,
+                        tag=f"c{i}-{client}",
                         timeout=300,
-                        check=False,
                     )
                     wall = time.perf_counter() - began
                     report = parse_result(done.stdout) if done.returncode == 0 else None
@@ -691,8 +698,9 @@ def _ceiling(args: argparse.Namespace) -> int:
         finally:
             standin.stop()
     for client in clients:
-        r, c = sorted(rates[client]), sorted(cpu[client])
-        print(f"median: {client:<14} {r[len(r) // 2]:7.0f} rollouts/s, {c[len(c) // 2]:.2f} ms")
+        print(
+            f"median: {client:<14} {median(rates[client]):7.0f} rollouts/s, {median(cpu[client]):.2f} ms"
+        )
     return 0
 
 
@@ -718,8 +726,8 @@ def _kit_runs(args: argparse.Namespace) -> int:
             f"run {i + 1}: {run.rate:.1f} rollouts/s, {run.cpu_ms_per_rollout:.2f} server CPU ms per rollout"
         )
     print(
-        f"median of {args.runs}: {sorted(rates)[len(rates) // 2]:.1f} rollouts/s, "
-        f"{sorted(cpu)[len(cpu) // 2]:.2f} ms per rollout ({args.store}, {args.serve_args or 'defaults'})"
+        f"median of {args.runs}: {median(rates):.1f} rollouts/s, "
+        f"{median(cpu):.2f} ms per rollout ({args.store}, {args.serve_args or 'defaults'})"
     )
     return 0
 
