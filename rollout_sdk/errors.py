@@ -6,7 +6,9 @@ the v1 Osmosis SDK are kept, with their meaning, so ported agents can keep catch
     RolloutError
     ├── OsmosisRolloutError                 (v1 root; everything the agent API raises)
     │   ├── OsmosisTransportError           TrainGate unreachable (connect, read, dropped)
+    │   │   └── OutboundRefused             the outbound policy refused the address: nothing sent
     │   ├── OsmosisServerError              TrainGate answered 5xx after every retry
+    │   │   └── AnswerTooLarge              an answer passed ROLLOUT_SDK_MAX_ANSWER_BYTES
     │   ├── OsmosisValidationError          TrainGate answered a final 4xx
     │   ├── OsmosisTimeoutError             a TrainGate call or the rollout deadline ran out
     │   ├── AgentLoopNotFoundError          registry look-up of an unknown name
@@ -66,6 +68,11 @@ class FailureCategory(StrEnum):
     WORKER_LOST = "worker_lost"
     #: It never ran: no worker took it (an event aged out, every hand-off failed, dead letters).
     NEVER_STARTED = "never_started"
+    #: The outbound policy refused the address ``server_url`` led to when the worker connected
+    #: (a name resolving inside the network): nothing was sent, the callback included.
+    OUTBOUND_REFUSED = "outbound_refused"
+    #: An answer from TrainGate was larger than ``ROLLOUT_SDK_MAX_ANSWER_BYTES``.
+    ANSWER_TOO_LARGE = "answer_too_large"
 
     @property
     def retryable(self) -> bool:
@@ -75,6 +82,9 @@ class FailureCategory(StrEnum):
             FailureCategory.AGENT_ERROR,
             FailureCategory.INVALID_RESULT,
             FailureCategory.CANCELLED,
+            # The same request leads to the same address, and the same server's answers.
+            FailureCategory.OUTBOUND_REFUSED,
+            FailureCategory.ANSWER_TOO_LARGE,
         )
 
     @property
@@ -85,9 +95,12 @@ class FailureCategory(StrEnum):
 
 class RolloutError(Exception):
     """Root of every exception raised by the kit. ``category`` is what a rollout that ends on
-    it is reported as (the kit's exceptions are the kit's failures unless they say otherwise)."""
+    it is reported as (the kit's exceptions are the kit's failures unless they say otherwise).
+    ``ends_rollout``: met in a chat call, it ends the rollout in its category even when the
+    agent catches it."""
 
     category: FailureCategory = FailureCategory.INFRASTRUCTURE
+    ends_rollout: bool = False
 
 
 class OsmosisRolloutError(RolloutError):
@@ -98,12 +111,28 @@ class OsmosisTransportError(OsmosisRolloutError):
     """TrainGate could not be reached, or the connection dropped."""
 
 
+class OutboundRefused(OsmosisTransportError):
+    """The outbound policy refused the address a call would have connected to (after
+    resolution): nothing was sent. Not retried."""
+
+    category = FailureCategory.OUTBOUND_REFUSED
+    ends_rollout = True
+
+
 class OsmosisServerError(OsmosisRolloutError):
     """TrainGate answered with a server error (5xx) after every retry."""
 
     def __init__(self, message: str, status_code: int | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
+
+
+class AnswerTooLarge(OsmosisServerError):
+    """An answer's body passed ``ROLLOUT_SDK_MAX_ANSWER_BYTES``; the rest was not read. Not
+    retried."""
+
+    category = FailureCategory.ANSWER_TOO_LARGE
+    ends_rollout = True
 
 
 class OsmosisValidationError(OsmosisRolloutError):

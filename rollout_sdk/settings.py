@@ -79,10 +79,19 @@ class KitSettings(BaseSettings):
     #: Largest init body accepted; over it, 413 before the body is parsed (Lambda's synchronous
     #: payload limit is 6 MB, so more could never arrive there).
     max_body_bytes: int = Field(6 * 1024 * 1024, ge=64 * 1024, le=256 * 1024 * 1024)
-    #: Hosts ``server_url`` may name (comma-separated; empty allows any host).
+    #: Hosts ``server_url`` may name, comma-separated, each ``host`` or ``host:port``; empty
+    #: allows any host the outbound policy allows. A host named here is called at any address
+    #: but a link-local one (a private TrainGate inside the VPC): rollout_sdk/engine/outbound.py.
     allowed_server_hosts: str = ""
     #: Accept ``server_url`` hosts in 169.254.0.0/16 and fe80::/10 (cloud metadata lives there).
     allow_link_local: bool = False
+    #: Which addresses the kit's callers connect to: ``public`` only, or ``private`` (loopback,
+    #: RFC 1918, shared and unique-local too). Unset: where the kit runs decides (Lambda and
+    #: ``rollout-sdk invoke``: public; ``serve``, ``demo``, ``test``: private).
+    outbound_addresses: Literal["public", "private"] | None = None
+    #: The largest answer body (after decoding) read from TrainGate or an endpoint; past it the
+    #: call fails. 32 MiB: a real chat answer is about 1 MB at most (engine/outbound.py).
+    max_answer_bytes: int = Field(32 * 1024 * 1024, ge=64 * 1024, le=1024 * 1024 * 1024)
     #: Rollouts one local process holds beyond those running; past it, init answers 429.
     #: 0 refuses at the concurrency limit.
     max_queued_rollouts: int = Field(1000, ge=0, le=1_000_000)
@@ -126,11 +135,13 @@ class KitSettings(BaseSettings):
             )
         return self
 
-    def allowed_hosts(self) -> frozenset[str]:
-        """The host allowlist, lower-cased; empty means any host."""
-        return frozenset(
-            h.strip().lower() for h in self.allowed_server_hosts.split(",") if h.strip()
-        )
+    @field_validator("allowed_server_hosts")
+    @classmethod
+    def _parsable_hosts(cls, value: str) -> str:
+        from rollout_sdk.engine.outbound import parse_allowed_hosts
+
+        parse_allowed_hosts(value)  # ValueError naming the bad entry
+        return value
 
 
 class CliSettings(BaseSettings):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from rollout_sdk.agent.tools import get_message_content, parse_tool_calls
-from rollout_sdk.errors import RolloutCancelled
+from rollout_sdk.errors import RolloutCancelled, RolloutError
 from rollout_sdk.protocol import (
     CompletionsResponse,
     Message,
@@ -87,6 +87,10 @@ class RolloutLLMClient:
         self.rollout_id = rollout_id
         self._api_key = api_key
         self.metrics = metrics or RolloutMetrics()
+        #: The first failure of a chat call that ends the rollout whatever the agent does with
+        #: it (the outbound policy refused the address, an answer was too large): the worker
+        #: reports the rollout in its category.
+        self.ended_by: RolloutError | None = None
 
     def build_request(self, messages: list[Message], /, **params: Any) -> dict[str, Any]:
         """The chat-completion body: protocol defaults, then the caller's params, nulls omitted.
@@ -121,6 +125,10 @@ class RolloutLLMClient:
             response = await self._client.chat(
                 self.server_url, self.build_request(messages, **params), api_key=self._api_key
             )
+        except RolloutError as exc:
+            if exc.ends_rollout and self.ended_by is None:
+                self.ended_by = exc
+            raise
         finally:
             self.metrics.llm_latency_ms += (time.perf_counter() - started) * 1000
             self.metrics.num_llm_calls += 1

@@ -220,8 +220,12 @@ class LambdaRuntime:
     def client(self) -> TrainGateClient:
         """The process's one TrainGate client."""
         from rollout_sdk.engine.client import TrainGateClient
+        from rollout_sdk.engine.outbound import OutboundPolicy, Reach
 
-        return TrainGateClient(self.settings.client, telemetry=self.telemetry)
+        # On Lambda the kit calls public addresses only, and hosts the operator names
+        # (AllowedServerHosts): it may run inside the user's VPC (docs/security.md).
+        policy = OutboundPolicy.from_settings(self.settings.kit, where=Reach.PUBLIC)
+        return TrainGateClient(self.settings.client, policy=policy, telemetry=self.telemetry)
 
     @cached_property
     def vault(self) -> KeyVault | None:

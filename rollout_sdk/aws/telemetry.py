@@ -59,6 +59,7 @@ UNITS: dict[Metric, tuple[str, float]] = {
     Metric.ROLLOUT_DURATION: ("Seconds", 1.0),
     Metric.OLDEST_PARKED_AGE: ("Seconds", 1.0),
     Metric.ROLLOUT_COST: ("None", 1.0),
+    Metric.OUTBOUND_REFUSED: ("Count", 1.0),
 }
 
 #: The port's dimension names as CloudWatch spells them.

@@ -30,12 +30,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rollout_sdk.engine.outbound import OutboundPolicy
 from rollout_sdk.engine.telemetry import NO_TELEMETRY, Metric, Span
 from rollout_sdk.errors import (
+    AnswerTooLarge,
     OsmosisServerError,
     OsmosisTimeoutError,
     OsmosisTransportError,
     OsmosisValidationError,
+    OutboundRefused,
 )
 from rollout_sdk.protocol import CompletionsResponse, RolloutResponse
 from rollout_sdk.settings import RolloutClientSettings
@@ -52,11 +55,29 @@ Sleep = Callable[[float], Awaitable[None]]
 
 #: Distinct endpoint URLs kept parsed (one TrainGate has two; a shared server sees a few).
 _URL_CACHE_SIZE = 64
+#: Characters of a remote body a message (and so a status answer) quotes.
+_QUOTED = 300
 
 
 def _encode(body: Any) -> bytes:
     """JSON once, compact, UTF-8; NaN and infinities are refused (ValueError): JSON has none."""
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _shown(char: str) -> str:
+    if char.isprintable():
+        return char
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def quoted(body: bytes) -> str:
+    """At most a few hundred characters of a remote body, with control and other unprintable
+    characters (newlines, escapes a terminal would act on) shown as escapes: what a status
+    answer or a log line may quote of an answer the kit did not write."""
+    text = body[: _QUOTED * 4].decode("utf-8", "replace")
+    cut = len(body) > _QUOTED * 4 or len(text) > _QUOTED
+    return "".join(_shown(c) for c in text[:_QUOTED]) + ("..." if cut else "")
 
 
 def is_retryable_status(status_code: int) -> bool:
@@ -91,6 +112,9 @@ class DeliveryResult:
     error: str | None = None
     #: No answer came back because the last attempt timed out (rather than failing to connect).
     timed_out: bool = False
+    #: Why the call itself was refused or cut short (the outbound policy, the answer cap):
+    #: final, whatever the status.
+    ended_by: OutboundRefused | AnswerTooLarge | None = None
 
 
 class _RetryableFailure(Exception):
@@ -118,21 +142,26 @@ def _is_timeout(exc: BaseException | None) -> bool:
 class TrainGateClient:
     """Calls TrainGate's chat and completion endpoints with the kit's retry rules.
 
-    ``transport`` (any ``httpx.AsyncBaseTransport``: ``httpx.MockTransport`` in tests,
-    ``httpx.AsyncHTTPTransport`` for httpx's own pool), ``sleep`` and ``jitter`` are seams.
-    ``telemetry`` gets each chat call's latency (and a span), and each callback POST.
+    ``policy`` says where it may connect and how much of an answer it reads (default: the local
+    one, loopback and private addresses allowed, link-local refused); it is applied by the
+    default transport, at connect time. ``transport`` (any ``httpx.AsyncBaseTransport``:
+    ``httpx.MockTransport`` in tests, ``httpx.AsyncHTTPTransport`` for httpx's own pool, which
+    applies no policy), ``sleep`` and ``jitter`` are seams. ``telemetry`` gets each chat call's
+    latency (and a span), each callback POST, and each call the policy refused.
     """
 
     def __init__(
         self,
         settings: RolloutClientSettings | None = None,
         *,
+        policy: OutboundPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         sleep: Sleep = asyncio.sleep,
         jitter: Callable[[], float] = random.random,
         telemetry: Telemetry = NO_TELEMETRY,
     ) -> None:
         self.settings = settings or RolloutClientSettings()
+        self.policy = policy if policy is not None else OutboundPolicy()
         self._given = transport
         self._transport: httpx.AsyncBaseTransport | None = transport
         self._sleep = sleep
@@ -153,7 +182,9 @@ class TrainGateClient:
             # HTTP stack is a tenth of its cold start.
             from rollout_sdk.engine.transport import AiohttpTransport
 
-            self._transport = AiohttpTransport(max_connections=self.settings.max_connections)
+            self._transport = AiohttpTransport(
+                max_connections=self.settings.max_connections, policy=self.policy
+            )
         return self._transport
 
     async def aclose(self) -> None:
@@ -210,7 +241,11 @@ class TrainGateClient:
         answer; every other failure becomes a :class:`_RetryableFailure`."""
         import httpx
 
-        from rollout_sdk.engine.transport import StaleConnectionError
+        from rollout_sdk.engine.transport import (
+            AddressRefusedError,
+            AnswerTooLargeError,
+            StaleConnectionError,
+        )
 
         try:
             try:
@@ -218,6 +253,14 @@ class TrainGateClient:
             except StaleConnectionError:
                 # Not counted against the retries: see the module's docstring.
                 return await self._send(url, content, api_key)
+        except AddressRefusedError as exc:
+            # Final: the same URL leads to the same refusal. Nothing was sent.
+            self.telemetry.count(Metric.OUTBOUND_REFUSED)
+            raise OutboundRefused(
+                f"the outbound policy refused to call {url}: {exc}; nothing was sent"
+            ) from exc
+        except AnswerTooLargeError as exc:
+            raise AnswerTooLarge(f"calling {url}: {exc}") from exc
         except httpx.TimeoutException as exc:
             raise _RetryableFailure(f"timed out calling {url}: {type(exc).__name__}") from exc
         except httpx.TransportError as exc:
@@ -285,11 +328,11 @@ class TrainGateClient:
                 ) from exc
         if not is_retryable_status(code):
             raise OsmosisValidationError(
-                f"TrainGate refused the chat call with {code}: {answer.text[:500]}", code
+                f"TrainGate refused the chat call with {code}: {quoted(answer.content)}", code
             )
         raise OsmosisServerError(
             f"TrainGate answered {code} to the chat call after {outcome.attempts} attempts: "
-            f"{answer.text[:500]}",
+            f"{quoted(answer.content)}",
             code,
         )
 
@@ -303,12 +346,17 @@ class TrainGateClient:
             # No attempt can succeed; a final failure, recorded, rather than an exception.
             return DeliveryResult(False, True, 0, None, f"response is not valid JSON: {exc}")
         with self.telemetry.span(Span.CALLBACK, rollout_id=response.rollout_id):
-            outcome = await self._exchange(
-                server_url + COMPLETED_PATH,
-                content,
-                api_key,
-                self.settings.complete_rollout_retries,
-            )
+            try:
+                outcome = await self._exchange(
+                    server_url + COMPLETED_PATH,
+                    content,
+                    api_key,
+                    self.settings.complete_rollout_retries,
+                )
+            except (OutboundRefused, AnswerTooLarge) as exc:
+                attempts = 0 if isinstance(exc, OutboundRefused) else 1
+                self.telemetry.count(Metric.CALLBACK_ATTEMPTS, attempts)
+                return DeliveryResult(False, True, attempts, None, str(exc), ended_by=exc)
         self.telemetry.count(Metric.CALLBACK_ATTEMPTS, outcome.attempts)
         if outcome.answer is None:
             cause = outcome.failure.__cause__ if outcome.failure is not None else None
@@ -318,6 +366,6 @@ class TrainGateClient:
         status = outcome.answer.status_code
         if 200 <= status < 300:
             return DeliveryResult(True, True, outcome.attempts, status)
-        error = f"TrainGate answered {status}: {outcome.answer.text[:500]}"
+        error = f"TrainGate answered {status}: {quoted(outcome.answer.content)}"
         final = not is_retryable_status(status)
         return DeliveryResult(False, final, outcome.attempts, status, error)

@@ -14,11 +14,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rollout_sdk.engine import cost
+from rollout_sdk.engine.client import DeliveryResult
 from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
+from rollout_sdk.engine.responses import failure_of
 from rollout_sdk.engine.telemetry import NO_TELEMETRY, Metric, rollout_scope
+from rollout_sdk.errors import FailureCategory
 
 if TYPE_CHECKING:
-    from rollout_sdk.engine.client import DeliveryResult, TrainGateClient
+    from rollout_sdk.engine.client import TrainGateClient
     from rollout_sdk.engine.lease import Leases
     from rollout_sdk.engine.telemetry import Telemetry
     from rollout_sdk.engine.vault import KeyVault
@@ -65,6 +68,17 @@ class Delivery:
             return record
         server_url = str(record.request["server_url"])
         with rollout_scope(record.rollout_id):
+            failure = failure_of(record.response)
+            if failure is not None and failure.get("category") == FailureCategory.OUTBOUND_REFUSED:
+                # The callback would go where the chat call was refused: send nothing, even if
+                # the name resolves elsewhere now. Final, as the policy's refusal is.
+                not_sent = DeliveryResult(
+                    False,
+                    True,
+                    0,
+                    error="not sent: the outbound policy refused server_url's address",
+                )
+                return await self._record(record, not_sent, api_key)
             async with self.leases.holding(
                 record.rollout_id,
                 record.attempt,

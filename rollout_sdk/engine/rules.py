@@ -9,28 +9,23 @@ checked before the body is parsed.
 
 from __future__ import annotations
 
-import ipaddress
-import socket
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
 from rollout_sdk.agent.validation import tool_errors
 from rollout_sdk.errors import AgentToolsError, PayloadTooLarge, ServerUrlRefused
 from rollout_sdk.protocol import OpenAIFunctionToolSchema
-from rollout_sdk.settings import KIT_PREFIX
 
 if TYPE_CHECKING:
     from rollout_sdk.agent.loop import RolloutAgentLoop
+    from rollout_sdk.engine.outbound import OutboundPolicy
     from rollout_sdk.protocol import RolloutRequest
-    from rollout_sdk.settings import KitSettings
 
 MAX_METADATA_VARIABLE = "OSMOSIS_ROLLOUT_MAX_METADATA_SIZE_BYTES"
-ALLOWED_HOSTS_VARIABLE = KIT_PREFIX + "ALLOWED_SERVER_HOSTS"
-ALLOW_LINK_LOCAL_VARIABLE = KIT_PREFIX + "ALLOW_LINK_LOCAL"
 
 
 # --------------------------------------------------------------------------- metadata
@@ -48,82 +43,24 @@ def check_metadata_size(request: RolloutRequest, limit: int) -> None:
 
 # --------------------------------------------------------------------------- server_url
 
-#: AWS's instance metadata service on IPv6 (Nitro); not link-local, but the same service.
-_METADATA_ADDRESSES = frozenset({ipaddress.ip_address("fd00:ec2::254")})
-#: The well-known NAT64 prefix: an address in it reaches the IPv4 address in its last 32 bits.
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+def check_server_url(server_url: str, policy: OutboundPolicy) -> None:
+    """Refuse a ``server_url`` this deployment may not call, without resolving anything.
 
-
-def _normal_host(host: str) -> str:
-    """A host as compared: lower case, percent-decoded, no brackets or trailing dot, and an IP
-    address in its canonical form."""
-    host = unquote(host).strip().lower().removeprefix("[").removesuffix("]").rstrip(".")
-    address = _literal_address(host)
-    return str(address) if address is not None else host
-
-
-def _literal_address(host: str) -> IPAddress | None:
-    """The IP address ``host`` spells, in any form a resolver takes literally, or None.
-
-    Besides dotted quads this covers the forms ``inet_aton`` accepts (``2852039166``,
-    ``0xa9fea9fe``, ``0251.0376.0251.0376``, ``169.254.43518``), which name the same address to
-    the resolver the HTTP client uses.
-    """
-    try:
-        return ipaddress.ip_address(host)
-    except ValueError:
-        pass
-    if host and all(c in "0123456789abcdefx." for c in host):
-        try:
-            return ipaddress.IPv4Address(socket.inet_aton(host))
-        except OSError:
-            return None
-    return None
-
-
-def _is_link_local(address: IPAddress) -> bool:
-    if isinstance(address, ipaddress.IPv6Address):
-        if address in _METADATA_ADDRESSES:
-            return True
-        embedded = address.ipv4_mapped
-        if embedded is None and address in _NAT64:
-            embedded = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-        if embedded is not None:
-            return embedded.is_link_local
-    return address.is_link_local
-
-
-def check_server_url(server_url: str, kit: KitSettings) -> None:
-    """Refuse a ``server_url`` this deployment may not call.
-
-    With a non-empty allowlist (``ROLLOUT_SDK_ALLOWED_SERVER_HOSTS``) the host must be on it
-    (IP addresses compare in canonical form). Unless ``ROLLOUT_SDK_ALLOW_LINK_LOCAL`` is set,
-    a link-local address (169.254.0.0/16, fe80::/10, and those written as IPv4-mapped or NAT64
-    IPv6, or in the numeric forms a resolver accepts) and AWS's IPv6 metadata address
-    (fd00:ec2::254) are refused.
-
-    Hostnames are not resolved: a DNS name that points at a link-local address passes the
-    link-local check, and only the allowlist stops it. (Resolving here would not help: the
-    name may resolve differently when the worker connects.)
+    The host must be on a non-empty allowlist (``ROLLOUT_SDK_ALLOWED_SERVER_HOSTS``, ``host`` or
+    ``host:port``), and a literal address (in any spelling a resolver accepts) or ``localhost``
+    must be one the outbound policy lets the kit call (:mod:`rollout_sdk.engine.outbound`). A
+    name is checked when the worker connects, at every address it resolves to: resolving it
+    here would not help, since it may resolve differently then.
 
     Raises ServerUrlRefused naming the setting that would allow the URL.
     """
-    raw_host = urlsplit(server_url).hostname or ""
-    host = _normal_host(raw_host)
-    allowed = {_normal_host(h) for h in kit.allowed_hosts()}
-    if allowed and host not in allowed:
-        raise ServerUrlRefused(
-            f"server_url host {raw_host[:256]!r} is not in the allowed hosts "
-            f"({ALLOWED_HOSTS_VARIABLE})"
-        )
-    address = _literal_address(host)
-    if address is not None and not kit.allow_link_local and _is_link_local(address):
-        raise ServerUrlRefused(
-            f"server_url host {raw_host[:256]!r} is a link-local or cloud-metadata address "
-            f"({address}); refused unless {ALLOW_LINK_LOCAL_VARIABLE}=true"
-        )
+    parts = urlsplit(server_url)
+    raw_host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    refusal = policy.host_refusal(raw_host, port)
+    if refusal is not None:
+        raise ServerUrlRefused(f"server_url host {raw_host[:256]!r} {refusal}")
 
 
 # --------------------------------------------------------------------------- tools

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rollout_sdk.engine.outbound import OutboundPolicy, Reach
 from rollout_sdk.engine.record import (
     MAX_HANDOFF_WAIT_SECONDS,
     RecordState,
@@ -67,6 +68,7 @@ class RolloutService:
         *,
         engine: Engine | None = None,
         seal_at_init: bool = False,
+        outbound: OutboundPolicy | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.agent_loop = agent_loop
@@ -79,6 +81,13 @@ class RolloutService:
         #: Keep the callback key (sealed) in the record from init on: the local server does, so
         #: that its restart sweep and cancel can report rollouts no process holds any more.
         self.seal_at_init = seal_at_init
+        #: What init checks ``server_url`` against: the policy the engine's client connects
+        #: under (without an engine, the local default).
+        self.outbound = outbound or (
+            engine.client.policy
+            if engine is not None
+            else OutboundPolicy.from_settings(settings.kit, where=Reach.PRIVATE)
+        )
         self.clock = clock
 
     @property
@@ -98,7 +107,7 @@ class RolloutService:
     async def _init(self, request: RolloutRequest) -> InitResponse:
         # The input rules, in order, before anything is stored: metadata size, server_url, tools.
         check_metadata_size(request, self.settings.max_metadata_size_bytes)
-        check_server_url(request.server_url, self.settings.kit)
+        check_server_url(request.server_url, self.outbound)
         tools = self.tools.for_request(request)
         init_response = InitResponse(rollout_id=request.rollout_id, tools=tools)
         now = self.clock()

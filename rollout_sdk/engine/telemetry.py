@@ -61,6 +61,8 @@ class Metric(StrEnum):
     #: a rollout's full cost estimate once it is final, after delivery and re-drive (US
     #: dollars; Lambda only: docs/cost.md)
     ROLLOUT_COST = "RolloutCost"
+    #: a call the outbound policy refused at connect time (nothing sent; the alarm's metric)
+    OUTBOUND_REFUSED = "OutboundRefused"
 
 
 class Span(StrEnum):

@@ -286,6 +286,16 @@ class RolloutWorker:
             )
         except Exception as exc:  # the agent's own failure becomes an ERROR result
             outcome = agent_failure(request.rollout_id, exc, ctx.last_messages, attempt=job.attempt)
+        if llm.ended_by is not None:
+            # Whatever the agent made of it (it may have caught the exception), the rollout
+            # ends in that failure's category: a refused address, an answer over the cap.
+            outcome = error_response(
+                request.rollout_id,
+                str(llm.ended_by),
+                category=llm.ended_by.category,
+                attempt=job.attempt,
+                final_messages=ctx.last_messages,
+            )
         elapsed_ms = (time.perf_counter() - started) * 1000
         try:
             return to_response(

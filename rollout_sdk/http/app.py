@@ -27,6 +27,7 @@ from rollout_sdk.dispatch.base import Dispatcher
 from rollout_sdk.dispatch.inprocess import InProcessDispatcher
 from rollout_sdk.engine.assembly import Engine
 from rollout_sdk.engine.client import TrainGateClient
+from rollout_sdk.engine.outbound import OutboundPolicy, Reach
 from rollout_sdk.engine.service import RolloutService, record_status
 from rollout_sdk.engine.telemetry import NO_TELEMETRY, Telemetry
 from rollout_sdk.engine.vault import KeyVault, LocalVault
@@ -171,7 +172,12 @@ def create_app(
             store=store if store is not None else MemoryStore(),
             client=client
             if client is not None
-            else TrainGateClient(settings.client, telemetry=telemetry),
+            else TrainGateClient(
+                settings.client,
+                # The local server: TrainGate often runs beside it, on loopback or the LAN.
+                policy=OutboundPolicy.from_settings(settings.kit, where=Reach.PRIVATE),
+                telemetry=telemetry,
+            ),
             settings=settings,
             vault=vault if vault is not None else LocalVault(),
             agent_loop=agent_loop,

@@ -83,6 +83,11 @@ FAMILIES: dict[Metric, Family] = {
     Metric.CALLBACK_ATTEMPTS: Family(
         PREFIX + "callback_attempts", "counter", "POSTs to /v1/rollout/completed."
     ),
+    Metric.OUTBOUND_REFUSED: Family(
+        PREFIX + "outbound_refused",
+        "counter",
+        "Calls the outbound policy refused at connect time (nothing was sent).",
+    ),
     Metric.CHAT_CALL_LATENCY: Family(
         PREFIX + "chat_call_seconds",
         "histogram",

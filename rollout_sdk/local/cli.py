@@ -253,6 +253,7 @@ def _cmd_redrive(args: argparse.Namespace) -> int:
 
     from rollout_sdk.engine.assembly import Engine
     from rollout_sdk.engine.client import TrainGateClient
+    from rollout_sdk.engine.outbound import OutboundPolicy, Reach
     from rollout_sdk.engine.vault import LocalVault
     from rollout_sdk.errors import ConfigurationError, StoreError
     from rollout_sdk.local.server import KEY_FILE
@@ -268,7 +269,9 @@ def _cmd_redrive(args: argparse.Namespace) -> int:
     async def once() -> int:
         settings = get_settings()
         store = SQLiteStore(path)
-        client = TrainGateClient(settings.client)
+        client = TrainGateClient(
+            settings.client, policy=OutboundPolicy.from_settings(settings.kit, where=Reach.PRIVATE)
+        )
         # Delivery and settlement only: the re-drive sends stored responses, it runs no agent.
         engine = Engine.build(
             store=store,

@@ -409,9 +409,14 @@ class ForwardingTrainGate:
 
     def _http(self) -> httpx.AsyncBaseTransport:
         if self._transport is None:
+            from rollout_sdk.engine.outbound import OutboundPolicy, Reach
             from rollout_sdk.engine.transport import AiohttpTransport
+            from rollout_sdk.settings import get_settings
 
-            self._transport = AiohttpTransport(max_connections=64)
+            # The endpoint is the user's own (often on loopback), but never link-local unless
+            # they say so, and its answers are capped as TrainGate's are.
+            policy = OutboundPolicy.from_settings(get_settings().kit, where=Reach.PRIVATE)
+            self._transport = AiohttpTransport(max_connections=64, policy=policy)
         return self._transport
 
     async def _post(self, body: dict[str, Any]) -> httpx.Response:

@@ -16,6 +16,7 @@ import pytest
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from rollout_sdk.engine.outbound import OutboundPolicy, Reach
 from rollout_sdk.engine.rules import check_server_url
 from rollout_sdk.errors import ServerUrlRefused
 from rollout_sdk.http.admission import AdmissionMiddleware, is_json_content_type
@@ -454,8 +455,9 @@ async def test_the_key_is_checked_before_size_type_and_json(
 # --------------------------------------------------------------------------- server_url policy
 
 
-def kit(**values: Any) -> KitSettings:
-    return KitSettings(**values)
+def kit(**values: Any) -> OutboundPolicy:
+    """The local server's policy under these settings (loopback and private allowed)."""
+    return OutboundPolicy.from_settings(KitSettings(**values), where=Reach.PRIVATE)
 
 
 LINK_LOCAL = [
@@ -490,8 +492,6 @@ def test_link_local_addresses_are_refused_by_default(url: str) -> None:
     [
         "http://169.255.0.1",
         "http://169.253.255.255",
-        "http://[fec0::1]",
-        "http://[fe7f::1]",
         "http://10.0.0.1",
         "http://127.0.0.1:9000",
         "http://[::1]",

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.result import Ok
 
+from rollout_sdk.engine.outbound import AllowedHost
 from rollout_sdk.http.app import create_app
 from rollout_sdk.settings import VARIABLE_PREFIXES, RolloutSettings, load_settings
 from rollout_sdk.store.memory import MemoryStore
@@ -129,7 +130,7 @@ def test_the_schema_covers_init_and_the_app_is_configured_as_intended() -> None:
     paths = {operation.path for operation in operations}
     assert {"/v1/rollout/init", "/health", "/platform/health"} <= paths
     runtime = APP.state.runtime
-    assert runtime.settings.kit.allowed_hosts() == frozenset({"127.0.0.1"})
+    assert runtime.service.outbound.allowed == (AllowedHost("127.0.0.1"),)
     assert isinstance(runtime.dispatcher, RecordingDispatcher)
 
 

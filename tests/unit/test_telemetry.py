@@ -153,6 +153,7 @@ async def test_every_transition_is_counted_and_served_in_prometheus_format(rig: 
         "rollout_sdk_rollouts_redriven": "rollout_sdk_rollouts_redriven_total",
         "rollout_sdk_rollouts_undeliverable": "rollout_sdk_rollouts_undeliverable_total",
         "rollout_sdk_callback_attempts": "rollout_sdk_callback_attempts_total",
+        "rollout_sdk_outbound_refused": "rollout_sdk_outbound_refused_total",
         "rollout_sdk_chat_call_seconds": "rollout_sdk_chat_call_seconds_bucket",
         "rollout_sdk_rollout_duration_seconds": "rollout_sdk_rollout_duration_seconds_bucket",
         "rollout_sdk_oldest_parked_age_seconds": "rollout_sdk_oldest_parked_age_seconds",
@@ -173,6 +174,7 @@ async def test_every_transition_is_counted_and_served_in_prometheus_format(rig: 
     assert total("rollout_sdk_rollouts_undeliverable") == 1
     assert total("rollout_sdk_rollouts_redriven") == 1
     assert total("rollout_sdk_callback_attempts") == 5
+    assert total("rollout_sdk_outbound_refused") == 0  # every call went to the stand-in
     chats, chat_seconds = check_histogram(
         families["rollout_sdk_chat_call_seconds"], "rollout_sdk_chat_call_seconds"
     )
