@@ -92,6 +92,7 @@ def count_requests(runs: int) -> dict[str, Any]:
     """``runs`` + 1 rollouts through handler.api and handler.worker, each request named."""
     from rollout_sdk.local.emulator import EmbeddedMoto, load_template, provision
     from rollout_sdk.local.invoke import function_environment, import_handler, invoke
+    from rollout_sdk.testing.standin import LOOPBACK_TRAINGATE
 
     rollouts: list[dict[str, Any]] = []
     failures: list[str] = []
@@ -103,7 +104,9 @@ def count_requests(runs: int) -> dict[str, Any]:
             server_key=SERVER_KEY,
             prefix="bench-requests",
         )
-        env = function_environment(load_template(TEMPLATE), "ApiFunction", resources)
+        env = function_environment(
+            load_template(TEMPLATE), "ApiFunction", resources, LOOPBACK_TRAINGATE
+        )
         os.chdir(REPO_ROOT)
         module = import_handler(env)
         try:
@@ -408,6 +411,7 @@ def cold_start(runs: int, python_name: str = "python3.13", *, build: bool = True
     from bench.package import runtime_boto3
     from rollout_sdk.local.emulator import EmbeddedMoto, load_template, provision
     from rollout_sdk.local.invoke import function_environment
+    from rollout_sdk.testing.standin import LOOPBACK_TRAINGATE
 
     python = resolve_python(python_name)
     if isinstance(python, str):
@@ -446,11 +450,11 @@ def cold_start(runs: int, python_name: str = "python3.13", *, build: bool = True
         )
         # _HANDLER as Lambda sets it (handler.py imports that entry point's module at once).
         api_vars = {
-            **function_environment(template, "ApiFunction", resources),
+            **function_environment(template, "ApiFunction", resources, LOOPBACK_TRAINGATE),
             "_HANDLER": "handler.api",
         }
         worker_vars = {
-            **function_environment(template, "WorkerFunction", resources),
+            **function_environment(template, "WorkerFunction", resources, LOOPBACK_TRAINGATE),
             "_HANDLER": "handler.worker",
         }
         modes = list(COLD_MODES)

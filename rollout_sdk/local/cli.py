@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from rollout_sdk.local.server import DEFAULT_STATE_DIR, SQLITE_FILE
 
@@ -163,9 +164,19 @@ def _cmd_invoke(args: argparse.Namespace) -> int:
         resources = provision(
             endpoint, template_path=args.template, agent_loop=agent, server_key=args.server_key
         )
+        hosts = [h for h in (args.allowed_server_hosts or "").split(",") if h.strip()]
         if args.standin:
             event, standin_server = _with_standin(event)
-        env = inv.function_environment(template, logical_id, resources)
+            # As an operator names a TrainGate the kit may call at a private address.
+            standin_host = urlsplit(standin_server[1].url).netloc
+            hosts.append(standin_host)
+            print(
+                f"rollout-sdk: the TrainGate stand-in is at {standin_server[1].url}; "
+                f"AllowedServerHosts={','.join(hosts)}",
+                file=sys.stderr,
+            )
+        overrides = {"AllowedServerHosts": ",".join(hosts)} if hosts else None
+        env = inv.function_environment(template, logical_id, resources, overrides)
         handler = inv.import_handler(env)
         timeout = inv.function_timeout(template, logical_id)
         call = inv.invoke(handler, logical_id, event, timeout_seconds=timeout)
@@ -543,7 +554,19 @@ def build_parser() -> argparse.ArgumentParser:
     invoke.add_argument(
         "--standin",
         action="store_true",
-        help="start a TrainGate stand-in and point the init event's server_url at it",
+        help=(
+            "start a TrainGate stand-in on 127.0.0.1, point the init event's server_url at it "
+            "and add it to AllowedServerHosts"
+        ),
+    )
+    invoke.add_argument(
+        "--allowed-server-hosts",
+        metavar="HOSTS",
+        help=(
+            "the template parameter AllowedServerHosts (host or host:port, comma-separated). "
+            "As on Lambda, the functions call only public addresses and these hosts: a "
+            "TrainGate on 127.0.0.1 must be named here (e.g. 127.0.0.1:8081 for events/init.json)"
+        ),
     )
     invoke.set_defaults(func=_cmd_invoke)
 

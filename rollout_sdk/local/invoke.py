@@ -82,10 +82,21 @@ def _resolve(value: Any, parameters: dict[str, Any], refs: dict[str, str]) -> st
 
 
 def function_environment(
-    template: dict[str, Any], logical_id: str, resources: LocalResources
+    template: dict[str, Any],
+    logical_id: str,
+    resources: LocalResources,
+    overrides: dict[str, str] | None = None,
 ) -> dict[str, str]:
-    """The function's environment variables as deployed, pointed at the local resources."""
-    parameters = template.get("Parameters", {})
+    """The function's environment variables as deployed with the template parameters
+    ``overrides`` names (as ``sam deploy --parameter-overrides``), pointed at the local
+    resources."""
+    parameters = {
+        name: {**spec, "Default": overrides[name]} if overrides and name in overrides else spec
+        for name, spec in template.get("Parameters", {}).items()
+    }
+    unknown = sorted(set(overrides or {}) - set(parameters))
+    if unknown:
+        raise ConfigurationError(f"the template has no parameter {', '.join(unknown)}")
     refs = {
         "RolloutTable": resources.table_name,
         "PayloadBucket": resources.bucket,

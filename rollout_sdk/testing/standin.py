@@ -133,6 +133,10 @@ class Fault:
 
 
 #: How the stand-in ended a call (:attr:`Call.outcome`).
+#: The template parameter a stack calling a stand-in on this machine is deployed with: on
+#: Lambda the functions call only public addresses and the hosts the operator names.
+LOOPBACK_TRAINGATE = {"AllowedServerHosts": "127.0.0.1"}
+
 OK = "ok"
 ACK_LOST = "ack_lost"
 REFUSED = "refused"

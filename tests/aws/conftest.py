@@ -13,7 +13,7 @@ import pytest
 
 from rollout_sdk.local.emulator import LocalResources, load_template, provision
 from rollout_sdk.local.invoke import function_environment, import_handler
-from rollout_sdk.testing.standin import TrainGateStandIn
+from rollout_sdk.testing.standin import LOOPBACK_TRAINGATE, TrainGateStandIn
 from rollout_sdk.testing.threads import ServerThread
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,8 +55,12 @@ def handler(
 ) -> Iterator[Any]:
     """``handler.py`` after a cold start against the emulator; a test marked
     ``@pytest.mark.parametrize("handler", ["queue"], indirect=True)`` gets that hand-off, and
-    one whose parameter is a dict gets those variables on top (``HAND_OFF`` among them)."""
-    env = function_environment(template, "ApiFunction", resources)
+    one whose parameter is a dict gets those variables on top (``HAND_OFF`` among them).
+
+    Deployed with ``AllowedServerHosts=127.0.0.1``, as an operator names a TrainGate at a
+    private address: the stand-in listens there (the template's default calls only public
+    addresses; a test of that default passes ``{"ROLLOUT_SDK_ALLOWED_SERVER_HOSTS": ""}``)."""
+    env = function_environment(template, "ApiFunction", resources, LOOPBACK_TRAINGATE)
     param = getattr(request, "param", None)
     if isinstance(param, dict):
         env.update(param)

@@ -31,7 +31,7 @@ from rollout_sdk.errors import ConfigurationError, StoreError
 from rollout_sdk.local.emulator import LocalResources, load_template
 from rollout_sdk.local.invoke import function_environment, import_handler, invoke, load_event
 from rollout_sdk.settings import load_settings
-from rollout_sdk.testing.standin import Fault, TrainGateStandIn
+from rollout_sdk.testing.standin import LOOPBACK_TRAINGATE, Fault, TrainGateStandIn
 
 from .conftest import CALLBACK_KEY, ROOT
 from .test_queue_handoff import batch, receive, unsettled
@@ -495,7 +495,7 @@ def test_the_functions_never_log_their_event_even_when_powertools_is_told_to(
 ) -> None:
     # POWERTOOLS_LOGGER_LOG_EVENT=true would log every init request and worker event whole.
     _, url = standin
-    env = function_environment(template, "ApiFunction", resources)
+    env = function_environment(template, "ApiFunction", resources, LOOPBACK_TRAINGATE)
     env["POWERTOOLS_LOGGER_LOG_EVENT"] = "true"
     for key, value in env.items():
         monkeypatch.setenv(key, value)

@@ -48,7 +48,7 @@ from rollout_sdk.local.invoke import (
 from rollout_sdk.protocol import RolloutResponse, RolloutStatus
 from rollout_sdk.settings import VARIABLE_PREFIXES, reset_settings
 from rollout_sdk.store.dynamodb import DUE_PARTITION, DUE_SORT, ROLLOUT_PREFIX
-from rollout_sdk.testing.standin import Fault, TrainGateStandIn
+from rollout_sdk.testing.standin import LOOPBACK_TRAINGATE, Fault, TrainGateStandIn
 from rollout_sdk.testing.threads import ServerThread
 from testkit.aws import fake_aws_env
 from testkit.records import park_due_now
@@ -560,7 +560,7 @@ def recording(moto_endpoint: str) -> Iterator[Recording]:
                 server_key=SERVER_KEY,
                 prefix=prefix,
             )
-            env = function_environment(template, "ApiFunction", resources)
+            env = function_environment(template, "ApiFunction", resources, LOOPBACK_TRAINGATE)
             env["HAND_OFF"] = hand_off
             parameters = {"HandOff": hand_off}
             given = None

@@ -21,7 +21,7 @@ import pytest
 
 from rollout_sdk.local.emulator import LocalResources
 from rollout_sdk.local.invoke import function_environment, load_event
-from rollout_sdk.testing.standin import Fault, TrainGateStandIn
+from rollout_sdk.testing.standin import LOOPBACK_TRAINGATE, Fault, TrainGateStandIn
 from testkit.aws import fake_aws_env
 
 from .conftest import ROOT
@@ -121,7 +121,7 @@ def test_subsegments_and_metrics_of_a_success_an_agent_error_and_an_infrastructu
             plan.append({"function": function, "event": event, "trace": header, "timeout": timeout})
     plan_file, out_file = tmp_path / "plan.json", tmp_path / "out.json"
     plan_file.write_text(json.dumps(plan), encoding="utf-8")
-    env = function_environment(template, "ApiFunction", resources)
+    env = function_environment(template, "ApiFunction", resources, LOOPBACK_TRAINGATE)
     env.update(
         AGENT_LOOP="testkit.agents:observed_agent",
         POWERTOOLS_TRACE_DISABLED="false",  # Tracing=subsegments
