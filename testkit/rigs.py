@@ -349,6 +349,7 @@ class AwsRig(StartStop):
     def start(self) -> Self:
         from rollout_sdk.local.emulator import EmbeddedMoto, load_template, provision
         from rollout_sdk.local.invoke import function_environment, import_handler
+        from rollout_sdk.testing.standin import LOOPBACK_TRAINGATE
 
         self._environ = dict(os.environ)
         self._sys_path = list(sys.path)
@@ -364,7 +365,10 @@ class AwsRig(StartStop):
                 prefix=self.prefix,
             )
             template = load_template(TEMPLATE)
-            self.env = {**function_environment(template, "ApiFunction", resources), **AWS_SETTINGS}
+            self.env = {
+                **function_environment(template, "ApiFunction", resources, LOOPBACK_TRAINGATE),
+                **AWS_SETTINGS,
+            }
             if str(REPO_ROOT) not in sys.path:
                 sys.path.insert(0, str(REPO_ROOT))
             for _ in range(self.size):

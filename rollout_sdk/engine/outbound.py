@@ -145,6 +145,7 @@ def kind_of(address: IPAddress) -> Kind | None:
         not reached.is_global
         or reached.is_reserved
         or address in _NAT64_LOCAL
+        or (isinstance(address, ipaddress.IPv6Address) and address.is_site_local)
         or (isinstance(address, ipaddress.IPv6Address) and address.teredo is not None)
     ):
         return Kind.RESERVED
@@ -232,9 +233,12 @@ class OutboundPolicy:
                 self._literals[key] = self.address_refusal(address, host=host, port=port)
             return self._literals[key]
         kind = _special_name(host)
-        if kind is not None and not self.trusts(host, port):
-            return self._refused(kind, host)
-        return None
+        if kind is None or self.trusts(host, port) or self._reaches(kind):
+            return None
+        return self._refused(kind, host)
+
+    def _reaches(self, kind: Kind) -> bool:
+        return self.reach is Reach.PRIVATE and kind in _PRIVATE_KINDS
 
     def address_refusal(self, address: IPAddress, *, host: str, port: int) -> str | None:
         """Why ``address`` (what ``host`` resolved to) may not be connected to, else None."""
@@ -245,9 +249,7 @@ class OutboundPolicy:
             if self.allow_link_local:
                 return None
             return f"is {kind.value} ({address}); refused unless {ALLOW_LINK_LOCAL_VARIABLE}=true"
-        if self.trusts(normal_host(host), port):
-            return None
-        if self.reach is Reach.PRIVATE and kind in _PRIVATE_KINDS:
+        if self.trusts(normal_host(host), port) or self._reaches(kind):
             return None
         return self._refused(kind, str(address))
 

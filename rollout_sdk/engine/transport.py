@@ -151,7 +151,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         )
         #: The resolver under the policy's check (a seam: tests give one that answers as they
         #: say); aiohttp's default when None.
-        self._resolver = resolver
+        self.resolver = resolver
         self._ssl = ssl_context
         self._session: aiohttp.ClientSession | None = None
         self._timeouts: dict[tuple[float | None, ...], aiohttp.ClientTimeout] = {}
@@ -164,7 +164,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     def _open(self) -> aiohttp.ClientSession:
         trace = aiohttp.TraceConfig()
         trace.on_connection_reuseconn.append(_on_reuse)
-        resolver = self._resolver
+        resolver = self.resolver
         if self.policy is not None:
             resolver = PolicyResolver(self.policy, resolver)
         connector = aiohttp.TCPConnector(
