@@ -38,6 +38,7 @@ EMITTED: dict[str, frozenset[str]] = {
     "RolloutDuration": BASE,
     "OldestParkedAge": BASE,
     "RolloutCost": BASE,
+    "OutboundRefused": BASE,
 }
 DIMENSION_VALUES = {
     "Function": {"api", "worker", "queue_worker", "failure", "dead_letter", "redrive", "local"},
@@ -133,7 +134,7 @@ def test_every_alarm_notifies_the_topic_only_when_one_is_given(template: dict[st
         "Fn::Not": [{"Fn::Equals": [{"Ref": "AlarmTopicArn"}, ""]}]
     }
     alarms = resources(template, "AWS::CloudWatch::Alarm")
-    assert len(alarms) == 9
+    assert len(alarms) == 10
     for name, resource in alarms.items():
         props = resource["Properties"]
         assert props["AlarmActions"] == NOTIFY, name
@@ -263,6 +264,7 @@ def test_the_kits_metrics_are_alarmed_on_whatever_dimensions_they_carry(
     expected = {
         # alarm: (statistic, metric, filters, period, threshold, missing data)
         "UndeliverableAlarm": ("SUM", "RolloutsUndeliverable", {}, 60, 0, "notBreaching"),
+        "OutboundRefusedAlarm": ("SUM", "OutboundRefused", {}, 60, 0, "notBreaching"),
         "InfrastructureFailuresAlarm": (
             "SUM",
             "RolloutsFinished",

@@ -478,3 +478,59 @@ async def test_a_response_the_store_refuses_is_replaced_by_a_small_error() -> No
     (sent,) = rig.gate.bodies(COMPLETED_PATH)
     assert sent["status"] == "ERROR"
     assert "could not be stored: item too large" in sent["error_message"]
+
+
+# --------------------------------------------------------------------------- ended by the call
+
+
+class CatchingAgent(EchoAgent):
+    """Catches every chat failure and reports success anyway."""
+
+    name = "catching"
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        try:
+            await ctx.chat(list(ctx.request.messages))
+        except Exception:
+            return ctx.complete([], reward=1.0)
+        return ctx.complete([], reward=0.0)
+
+
+@pytest.mark.parametrize("agent", [TwoTurnAgent(), CatchingAgent()])
+async def test_a_refused_address_ends_the_rollout_once_and_its_callback_is_not_sent(
+    agent: EchoAgent,
+) -> None:
+    from rollout_sdk.engine.transport import AddressRefusedError
+
+    refused = AddressRefusedError("'traingate.test' resolves to 10.0.0.1, which is private")
+    rig = await make_rig(agent, gate=FakeTrainGate(chat=[refused], completed=[refused]))
+    final = await rig.worker.run(JOB)
+    assert final is not None
+    assert final.state == RecordState.UNDELIVERABLE
+    assert final.last_error is not None and "not sent" in final.last_error
+    assert final.delivery_attempts == 0
+    response = final.response_model()
+    assert response is not None and response.status == RolloutStatus.ERROR
+    assert response.reward is None  # the agent's reward does not stand
+    assert response.extra_fields["rollout_sdk"]["failure"] == {
+        "category": "outbound_refused",
+        "retryable": False,
+        "attempt": 1,
+    }
+    assert len(rig.gate.on(CHAT_PATH)) == 1  # the transport refused it; never retried
+    assert rig.gate.on(COMPLETED_PATH) == []
+    assert rig.sleep.calls == []
+
+
+async def test_an_oversized_chat_answer_ends_the_rollout_in_its_own_category() -> None:
+    from rollout_sdk.engine.transport import AnswerTooLargeError
+
+    too_large = AnswerTooLargeError("the answer's body is larger than that")
+    rig = await make_rig(CatchingAgent(), gate=FakeTrainGate(chat=[too_large]))
+    final = await rig.worker.run(JOB)
+    assert final is not None and final.state == RecordState.DELIVERED
+    (sent,) = rig.gate.bodies(COMPLETED_PATH)
+    assert sent["status"] == "ERROR" and sent["reward"] is None
+    assert sent["extra_fields"]["rollout_sdk"]["failure"]["category"] == "answer_too_large"
+    assert "larger than that" in sent["error_message"]
+    assert len(rig.gate.on(CHAT_PATH)) == 1
