@@ -24,6 +24,7 @@ from rollout_sdk.json_scan import Skeleton
 from rollout_sdk.protocol import MAX_JSON_NESTING, json_size
 from rollout_sdk.settings import KitSettings, RolloutSettings, load_settings
 from rollout_sdk.store.memory import MemoryStore
+from testkit.asgi import http_scope
 
 from .support import EchoAgent, RecordingDispatcher, request_body
 
@@ -394,23 +395,6 @@ async def test_malformed_json_within_the_counts_is_still_the_parsers_422(server:
         assert answer.status_code == 422, answer.text
         assert "not valid JSON" in answer.json()["detail"][0]["msg"]
     assert server.nothing_started()
-
-
-def http_scope(path: str, headers: list[tuple[bytes, bytes]]) -> Scope:
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": b"",
-        "headers": headers,
-        "client": ("127.0.0.1", 50000),
-        "server": ("rollout.test", 80),
-    }
 
 
 async def test_a_declared_oversize_body_is_refused_before_it_is_read(server: Server) -> None:
