@@ -35,6 +35,8 @@ Each figure is the median of ``--runs`` runs (every run is kept in the results):
    scheduled pass finding 10 parked rollouts beside ``--redrive-sizes`` delivered records, on
    moto's server, and what the stand-in received (:mod:`bench.redrive`). It runs before the
    dynamodb throughput, which fills what is left of ``--budget``.
+8. the parse cost of one init: CPU seconds and peak memory increase of the worst bodies
+   within the body limit, each posted once per fresh process (:mod:`bench.parse_cost`).
 
 Results go to ``bench/results/<UTC timestamp>.json`` and ``latest.json`` (machine, date,
 versions, every figure with its runs, the goals passed or missed), the chart to ``latest.png``,
@@ -68,6 +70,9 @@ from bench.imports import GOAL_RATIO as IMPORT_GOAL_RATIO
 from bench.imports import run_imports
 from bench.memory import MemoryRun, run_memory
 from bench.overhead import OverheadRun, run_overhead
+from bench.parse_cost import GOAL_CPU_SECONDS as PARSE_GOAL_CPU_SECONDS
+from bench.parse_cost import GOAL_PEAK_MIB as PARSE_GOAL_PEAK_MIB
+from bench.parse_cost import lines as parse_cost_lines
 from bench.redrive import DEFAULT_SIZES as REDRIVE_SIZES
 from bench.redrive import GOAL_ITEMS_READ as REDRIVE_GOAL_ITEMS
 from bench.redrive import parse_sizes
@@ -353,7 +358,16 @@ def run_all(args: argparse.Namespace, clock: Clock) -> dict[str, Any]:
             + " items per pass"
         )
 
-    # 8. dynamodb throughput, last: only the runs that fit the budget
+    # 8. the parse cost of the worst init bodies, fresh processes
+    parse = _subprocess_json(["bench.parse_cost", "--runs", str(args.runs)], 900)
+    figures["parse_cost"] = parse
+    problems += [f"parse cost: {f}" for f in parse.get("failures", [])]
+    if "error" in parse:
+        problems.append(f"parse cost: {parse['error']}")
+    for line in parse_cost_lines(parse):
+        clock.log(line)
+
+    # 9. dynamodb throughput, last: only the runs that fit the budget
     dynamodb: list[ThroughputRun] = []
     skipped = ""
     if args.skip_dynamodb:
@@ -473,6 +487,15 @@ def goals(figures: dict[str, Any]) -> list[Goal]:
                 f"<= {REDRIVE_GOAL_ITEMS}",
                 None,
                 None,
+            )
+        )
+    for case in (figures.get("parse_cost") or {}).get("cases", []):
+        out.append(
+            Goal(
+                f"init parse cost, {case['case']}: CPU s",
+                f"< {PARSE_GOAL_CPU_SECONDS:g} (and < {PARSE_GOAL_PEAK_MIB:g} MiB)",
+                case["cpu_seconds"]["median"],
+                case["goal"],
             )
         )
     ratio = value("author_import", "ratio", "median")

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from enum import StrEnum
+from itertools import islice
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -20,6 +22,8 @@ from pydantic import (
     field_validator,
     model_serializer,
 )
+
+from rollout_sdk.json_scan import Skeleton
 
 Message = dict[str, Any]
 
@@ -48,17 +52,12 @@ def _render_path(field: str, path: tuple[str | int, ...]) -> str:
     return "".join(parts)
 
 
-def _nests_deeper_than(value: Any, limit: int) -> bool:
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item
-        for child in children:
-            if isinstance(child, dict | list | tuple):
-                if depth + 1 >= limit:
-                    return True
-                stack.append((child, depth + 1))
-    return False
+#: Items a failed check walks to name where the problem is; past them it names only the field.
+_WALKED_ITEMS = 10_000
+
+
+def _too_deep(field: str, max_nesting: int) -> str:
+    return f"{field} nests arrays and objects deeper than {max_nesting} levels"
 
 
 def json_problem(field: str, value: Any, *, max_nesting: int = MAX_JSON_NESTING) -> str | None:
@@ -66,22 +65,70 @@ def json_problem(field: str, value: Any, *, max_nesting: int = MAX_JSON_NESTING)
 
     Python's json module accepts what JSON cannot carry on: an unpaired surrogate escape
     (``"\\ud800"``, which UTF-8 cannot encode), ``NaN`` and ``Infinity`` (``1e400``), and nesting
-    that later overflows an encoder. Walked iteratively, so depth itself cannot overflow here.
+    that later overflows an encoder. Checked at C speed (the value is encoded, and its text
+    measured: :mod:`rollout_sdk.json_scan`); only a value that fails is walked, to say where,
+    and only so far (:data:`_WALKED_ITEMS`), so a large value costs no more when it fails.
     """
     if not isinstance(value, dict | list | tuple):
         if isinstance(value, str) and _encodes_as_utf8(value):
             return None
-    elif not _nests_deeper_than(value, max_nesting):
-        try:
-            # The common case, at C speed: the value encodes; only a failure is walked below.
-            json.dumps(value, allow_nan=False, ensure_ascii=False).encode()
-        except (ValueError, TypeError):
-            pass  # UnicodeEncodeError is a ValueError; TypeError: not JSON, walked below
-        else:
-            return None
-    stack: list[tuple[Any, tuple[str | int, ...]]] = [(value, ())]
+        return _walk(field, value, max_nesting, items=None)
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False).encode()
+    except RecursionError:
+        return _too_deep(field, max_nesting)
+    except UnicodeEncodeError:
+        failure = "holds an unpaired surrogate (\\ud800 to \\udfff), which is not valid UTF-8"
+    except ValueError:
+        failure = "holds NaN or Infinity, which is not a JSON number"
+    except TypeError:
+        # An object the json module cannot encode (from a Python caller, never from a body):
+        # walked whole, as it always was, which lets through what it finds no fault in.
+        return _walk(field, value, max_nesting, items=None)
+    else:
+        return _too_deep(field, max_nesting) if Skeleton(text).depth() > max_nesting else None
+    return _walk(field, value, max_nesting, items=_WALKED_ITEMS) or f"{field} {failure}"
+
+
+Path = tuple[str | int, ...]
+
+
+def _depth_first(value: Any) -> Iterator[tuple[Path, Any]]:
+    """(path, item) of ``value`` and of everything in it, depth first and lazily: one item per
+    step, however long a list or object (a key is the last part of its item's path)."""
+    stack: list[Iterator[tuple[Path, Any]]] = [iter([((), value)])]
     while stack:
-        item, path = stack.pop()
+        entry = next(stack[-1], None)
+        if entry is None:
+            stack.pop()
+            continue
+        yield entry
+        path, item = entry
+        if isinstance(item, dict | list | tuple):
+            stack.append(_children(path, item))
+
+
+def _children(
+    path: Path, item: dict[Any, Any] | list[Any] | tuple[Any, ...]
+) -> Iterator[tuple[Path, Any]]:
+    if isinstance(item, dict):
+        for key, sub in item.items():
+            yield (*path, key if isinstance(key, str) else str(key)), sub
+    else:
+        for i, sub in enumerate(item):
+            yield (*path, i), sub
+
+
+def _walk(field: str, value: Any, max_nesting: int, *, items: int | None) -> str | None:
+    """The first item of ``value`` JSON cannot carry, named by its path; None when none is
+    found (within ``items`` items, if given). Iterative, so depth cannot overflow here."""
+    for path, item in islice(_depth_first(value), items):
+        key = path[-1] if path else None
+        if isinstance(key, str) and not _encodes_as_utf8(key):
+            return (
+                f"{_render_path(field, path[:-1])} has a key with an unpaired surrogate, "
+                "which is not valid UTF-8"
+            )
         if isinstance(item, str):
             if not _encodes_as_utf8(item):
                 return (
@@ -91,20 +138,16 @@ def json_problem(field: str, value: Any, *, max_nesting: int = MAX_JSON_NESTING)
         elif isinstance(item, float):
             if not math.isfinite(item):
                 return f"{_render_path(field, path)} is {item}, which is not a JSON number"
-        elif isinstance(item, dict | list | tuple):
-            if len(path) >= max_nesting:
-                return f"{field} nests arrays and objects deeper than {max_nesting} levels"
-            if isinstance(item, dict):
-                for key, sub in item.items():
-                    if isinstance(key, str) and not _encodes_as_utf8(key):
-                        return (
-                            f"{_render_path(field, path)} has a key with an unpaired surrogate, "
-                            "which is not valid UTF-8"
-                        )
-                    stack.append((sub, (*path, key if isinstance(key, str) else str(key))))
-            else:
-                stack.extend((sub, (*path, i)) for i, sub in enumerate(item))
+        elif isinstance(item, dict | list | tuple) and len(path) >= max_nesting:
+            return _too_deep(field, max_nesting)
     return None
+
+
+def json_size(value: Any) -> int:
+    """Size of ``value`` as compact UTF-8 JSON (an unpaired surrogate, which JSON cannot carry,
+    counted as its three bytes)."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 class _Wire(BaseModel):
@@ -320,7 +363,7 @@ class RolloutRequest(_Wire):
 
     def metadata_size(self) -> int:
         """Size of ``metadata`` as compact UTF-8 JSON, the measure the limit applies to."""
-        return len(json.dumps(self.metadata, separators=(",", ":"), ensure_ascii=False).encode())
+        return json_size(self.metadata)
 
 
 class InitResponse(_Wire):

@@ -79,6 +79,24 @@ class KitSettings(BaseSettings):
     #: Largest init body accepted; over it, 413 before the body is parsed (Lambda's synchronous
     #: payload limit is 6 MB, so more could never arrive there).
     max_body_bytes: int = Field(6 * 1024 * 1024, ge=64 * 1024, le=256 * 1024 * 1024)
+    #: What an init body may hold, counted before it is parsed (rollout_sdk.http.body_limits):
+    #: over any of them, 413. Within them, the worst body the body limit lets through costs
+    #: the API function well under 1 s of CPU and 200 MiB (``python -m bench.parse_cost``).
+    #: v1 set none; each is far above a real init, which carries a few to a few hundred
+    #: messages and metadata of at most OSMOSIS_ROLLOUT_MAX_METADATA_SIZE_BYTES (1 MiB).
+    #: JSON values (containers, scalars, and object keys, one each): 1 MiB of metadata holds
+    #: at most 524,288 (``0,`` is the shortest), and 500 real messages a few thousand more.
+    max_json_values: int = Field(1_000_000, ge=10_000, le=100_000_000)
+    #: Levels arrays and objects nest, the body's own object being the first: a conversation
+    #: with content parts and tool calls nests 6. Twice the 64 levels a field may hold (deeper
+    #: is a 422 naming the field), and within what the json module's parser can read.
+    max_json_depth: int = Field(128, ge=8, le=512)
+    #: Entries of ``messages``: a real init sends a few to a few hundred (the prompt of one
+    #: rollout, not its turns).
+    max_messages: int = Field(10_000, ge=100, le=10_000_000)
+    #: Entries of ``completion_params.tools``, when it is a list (it goes into every chat
+    #: call's body): chat APIs take far fewer (OpenAI's at most 128).
+    max_tools: int = Field(1_000, ge=10, le=1_000_000)
     #: Hosts ``server_url`` may name, comma-separated, each ``host`` or ``host:port``; empty
     #: allows any host the outbound policy allows. A host named here is called at any address
     #: but a link-local one (a private TrainGate inside the VPC): rollout_sdk/engine/outbound.py.

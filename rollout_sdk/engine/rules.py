@@ -33,7 +33,12 @@ MAX_METADATA_VARIABLE = "OSMOSIS_ROLLOUT_MAX_METADATA_SIZE_BYTES"
 
 def check_metadata_size(request: RolloutRequest, limit: int) -> None:
     """Refuse metadata over ``limit`` bytes as UTF-8 JSON. Raises PayloadTooLarge."""
-    size = request.metadata_size()
+    check_metadata_bytes(request.metadata_size(), limit)
+
+
+def check_metadata_bytes(size: int, limit: int) -> None:
+    """Refuse metadata of ``size`` bytes as UTF-8 JSON when over ``limit``. Raises
+    PayloadTooLarge."""
     if size > limit:
         raise PayloadTooLarge(
             f"metadata is {size} bytes as UTF-8 JSON; the limit is {limit} bytes "

@@ -2,9 +2,11 @@
 
 :class:`AdmissionMiddleware` (pure ASGI, like :mod:`rollout_sdk.http.auth`) answers 413 for a body
 over ``ROLLOUT_SDK_MAX_BODY_BYTES`` and 415 for an init that is not JSON, before the app parses
-anything. It sits inside the server-key middleware, so an unauthenticated caller gets 401
-whatever it sends. What the body says (metadata size, ``server_url``) is the engine's to check:
-:mod:`rollout_sdk.engine.rules`.
+anything, and 413 for an init body that holds more than its counts allow
+(:mod:`rollout_sdk.http.body_limits`: values, depth, messages, tools, metadata), before the app
+builds it. It sits inside the server-key middleware, so an unauthenticated caller gets 401
+whatever it sends. What the body says (``server_url``, the fields' values) is the engine's to
+check: :mod:`rollout_sdk.engine.rules`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from rollout_sdk.errors import PayloadTooLarge, RequestRejected, UnsupportedMediaType
 from rollout_sdk.http.auth import request_paths
+from rollout_sdk.http.body_limits import InitBodyLimits
 from rollout_sdk.http.problems import send_problem
 from rollout_sdk.settings import KIT_PREFIX
 
@@ -75,13 +78,16 @@ class AdmissionMiddleware:
     never runs (so nothing answers a body it did not get whole); within it the app reads the
     same messages, replayed. Holding the body here costs no memory the app would not spend: the
     init route reads the whole body into memory to parse it anyway (cancel reads none, and its
-    body is held to the same limit).
+    body is held to the same limit). An init body is then held to ``init_limits``, when given.
     Add it before :class:`~rollout_sdk.http.auth.ServerKeyMiddleware` so it runs inside the key check.
     """
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, *, max_body_bytes: int, init_limits: InitBodyLimits | None = None
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.init_limits = init_limits
 
     def _too_large(self, declared: int | None = None) -> PayloadTooLarge:
         size = f"is {declared} bytes" if declared is not None else "is larger than that"
@@ -98,7 +104,8 @@ class AdmissionMiddleware:
         if not any(p.startswith(ROLLOUT_PREFIX) for p in paths):
             await self.app(scope, receive, send)
             return
-        refusal = self._refusal_by_headers(scope, init=INIT_PATH in paths)
+        init = INIT_PATH in paths
+        refusal = self._refusal_by_headers(scope, init=init)
         if refusal is not None:
             await send_problem(scope, receive, send, refusal)
             return
@@ -106,6 +113,12 @@ class AdmissionMiddleware:
         if messages is None:
             await send_problem(scope, receive, send, self._too_large())
             return
+        if init and self.init_limits is not None:
+            try:
+                self.init_limits.check(b"".join(m.get("body", b"") for m in messages))
+            except PayloadTooLarge as exc:
+                await send_problem(scope, receive, send, exc)
+                return
         replay = iter(messages)
 
         async def replaying_receive() -> Message:

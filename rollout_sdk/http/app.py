@@ -35,6 +35,7 @@ from rollout_sdk.engine.worker import RolloutWorker
 from rollout_sdk.errors import ConfigurationError
 from rollout_sdk.http.admission import AdmissionMiddleware
 from rollout_sdk.http.auth import KeyProvider, ServerKeyMiddleware
+from rollout_sdk.http.body_limits import InitBodyLimits
 from rollout_sdk.http.problems import install_problem_handlers
 from rollout_sdk.protocol import InitResponse, RolloutRequest, build_models
 from rollout_sdk.settings import RolloutSettings, get_settings
@@ -299,6 +300,10 @@ def create_app(
 
     # Added first, so it runs inside the key check: an unauthenticated request is a 401 whatever
     # its size or content type.
-    app.add_middleware(AdmissionMiddleware, max_body_bytes=settings.kit.max_body_bytes)
+    app.add_middleware(
+        AdmissionMiddleware,
+        max_body_bytes=settings.kit.max_body_bytes,
+        init_limits=InitBodyLimits.from_settings(settings),
+    )
     app.add_middleware(ServerKeyMiddleware, keys=keys, key_provider=key_provider)
     return app

@@ -21,9 +21,11 @@ from rollout_sdk.engine.rules import check_server_url
 from rollout_sdk.errors import ServerUrlRefused
 from rollout_sdk.http.admission import AdmissionMiddleware, is_json_content_type
 from rollout_sdk.http.app import create_app
-from rollout_sdk.protocol import MAX_JSON_NESTING
+from rollout_sdk.json_scan import Skeleton
+from rollout_sdk.protocol import MAX_JSON_NESTING, json_size
 from rollout_sdk.settings import KitSettings, RolloutSettings, load_settings
 from rollout_sdk.store.memory import MemoryStore
+from testkit.asgi import http_scope
 
 from .support import EchoAgent, RecordingDispatcher, request_body
 
@@ -230,21 +232,170 @@ async def test_a_body_at_the_limit_passes_and_one_byte_more_is_413(server: Serve
     assert (await server.post(body_of_size(LIMIT))).status_code == 202
 
 
-def http_scope(path: str, headers: list[tuple[bytes, bytes]]) -> Scope:
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": b"",
-        "headers": headers,
-        "client": ("127.0.0.1", 50000),
-        "server": ("rollout.test", 80),
-    }
+# --------------------------------------------------------------------------- counts before parsing
+
+
+def compact(**overrides: Any) -> bytes:
+    return json.dumps(request_body(**overrides), separators=(",", ":")).encode()
+
+
+def nested(levels: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+MAX_BODY = KitSettings().max_body_bytes
+
+#: Bodies within the default body limit that hold more than a default count allows: each is
+#: refused before it is parsed, naming the limit and its variable.
+COUNT_CASES: list[tuple[str, bytes, str, str]] = [
+    ("1.8M-empty-messages", compact(messages=[{}] * 1_800_000), "MAX_JSON_VALUES", "1000000"),
+    (
+        "many-metadata-keys",
+        compact(metadata={f"{i:x}": 0 for i in range(520_000)}),
+        "MAX_JSON_VALUES",
+        "1000000",
+    ),
+    (
+        "many-tiny-strings",
+        compact(messages=[{"role": "user", "content": [""] * 1_100_000}]),
+        "MAX_JSON_VALUES",
+        "1000000",
+    ),
+    ("many-numbers", compact(metadata={"ids": [7] * 1_100_000}), "MAX_JSON_VALUES", "1000000"),
+    (
+        "many-empty-arrays",
+        compact(completion_params={"x": [[]] * 1_100_000}),
+        "MAX_JSON_VALUES",
+        "1000000",
+    ),
+    # 129 levels: the body, metadata and 127 arrays.
+    ("deep", compact(metadata={"x": nested(127)}), "MAX_JSON_DEPTH", "128"),
+    (
+        "very-deep",
+        b'{"metadata":' + b"[" * 400_000 + b"]" * 400_000 + b"}",
+        "MAX_JSON_DEPTH",
+        "128",
+    ),
+    (
+        "many-messages",
+        compact(messages=[{"role": "user", "content": "hi"}] * 10_001),
+        "MAX_MESSAGES",
+        "10000",
+    ),
+    (
+        "many-tools",
+        compact(completion_params={"tools": [{"type": "function"}] * 1001}),
+        "MAX_TOOLS",
+        "1000",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("content", "variable", "limit"),
+    [c[1:] for c in COUNT_CASES],
+    ids=[c[0] for c in COUNT_CASES],
+)
+async def test_a_body_over_a_count_is_413_naming_the_limit_before_it_is_parsed(
+    content: bytes, variable: str, limit: str
+) -> None:
+    assert len(content) <= MAX_BODY
+    async for s in serve(load_settings()):
+        answer = await s.post(content)
+        assert answer.status_code == 413, answer.text[:300]
+        detail = answer.json()["detail"]
+        assert f"ROLLOUT_SDK_{variable}" in detail
+        assert f"the limit is {limit} " in detail
+        assert s.nothing_started()
+
+
+async def test_each_count_at_its_default_limit_is_accepted() -> None:
+    at_limits = [
+        compact(messages=[{"role": "user", "content": "hi"}] * 10_000),
+        compact(completion_params={"tools": [{"type": "function"}] * 1000}),
+    ]
+    async for s in serve(load_settings(max_metadata_size_bytes=8 * 1024 * 1024)):
+        values = compact(metadata={"ids": [7] * 100})
+        values = compact(metadata={"ids": [7] * (100 + 1_000_000 - Skeleton(values).values())})
+        assert Skeleton(values).values() == 1_000_000
+        for rollout, content in enumerate([*at_limits, values]):
+            answer = await s.post(content.replace(b'"rollout-1"', f'"r{rollout}"'.encode()))
+            assert answer.status_code == 202, answer.text[:300]
+        assert len(s.dispatcher.jobs) == 3
+
+
+async def test_a_field_too_deep_within_the_body_depth_is_still_422_naming_it() -> None:
+    # Deeper than 64 levels within a field is the field's rule; only deeper than the body's
+    # limit is a count: 128 levels (the body, metadata, 126 arrays) is the field's 422.
+    async for s in serve(load_settings()):
+        answer = await s.post(compact(metadata={"x": nested(126)}))
+        assert answer.status_code == 422, answer.text[:300]
+        assert ["body", "metadata"] in [loc[:2] for loc in locs(answer)]
+        assert s.nothing_started()
+
+
+def real_init() -> dict[str, Any]:
+    """An init as TrainGate sends a long one: 500 messages of chat, tool calls and tool
+    results, and 1 MiB of metadata, most of it token ids."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a careful solver. " * 40}
+    ]
+    for turn in range(167):
+        messages.append({"role": "user", "content": f"Step {turn}: what is {turn} * 17? " * 30})
+        call = {
+            "id": f"call_{turn}",
+            "type": "function",
+            "function": {"name": "multiply", "arguments": json.dumps({"a": turn, "b": 17})},
+        }
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": f"call_{turn}", "content": str(turn * 17)})
+    messages = messages[:500]
+    ids = [100_000 + (i * 7919) % 51_000 for i in range(150_000)]
+    metadata: dict[str, Any] = {"dataset": "gsm8k", "row": 1234, "prompt_token_ids": ids}
+    while (excess := json_size(metadata) - 1024 * 1024) > 0:
+        del ids[-(excess // 7 + 1) :]  # an id and its comma: 7 bytes
+    return request_body(messages=messages, metadata=metadata)
+
+
+async def test_a_large_real_init_is_accepted() -> None:
+    body = real_init()
+    content = json.dumps(body).encode()
+    assert len(body["messages"]) == 500
+    assert 1024 * 1024 - 16 < json_size(body["metadata"]) <= 1024 * 1024
+    async for s in serve(load_settings()):
+        answer = await s.post(content)
+        assert answer.status_code == 202, answer.text[:300]
+        (job,) = s.dispatcher.jobs
+        assert job.request is not None
+        assert len(job.request.messages) == 500
+        assert job.request.metadata["prompt_token_ids"] == body["metadata"]["prompt_token_ids"]
+
+
+async def test_the_counts_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROLLOUT_SDK_MAX_MESSAGES", "100")
+    async for s in serve():
+        over = await s.post(compact(messages=[{"role": "user", "content": "hi"}] * 101))
+        assert over.status_code == 413
+        assert "ROLLOUT_SDK_MAX_MESSAGES" in over.json()["detail"]
+        assert s.nothing_started()
+        assert (
+            await s.post(compact(messages=[{"role": "user", "content": "hi"}] * 100))
+        ).status_code == 202
+
+
+async def test_malformed_json_within_the_counts_is_still_the_parsers_422(server: Server) -> None:
+    for content in [
+        compact()[:-5],
+        compact().replace(b'"rollout-1"', b'"rollout-1'),
+        b'{"a":' + b"[" * 100,
+    ]:
+        answer = await server.post(content)
+        assert answer.status_code == 422, answer.text
+        assert "not valid JSON" in answer.json()["detail"][0]["msg"]
+    assert server.nothing_started()
 
 
 async def test_a_declared_oversize_body_is_refused_before_it_is_read(server: Server) -> None:
