@@ -21,7 +21,8 @@ from rollout_sdk.engine.telemetry import Metric
 from rollout_sdk.errors import AnswerTooLarge, FailureCategory, OutboundRefused
 from rollout_sdk.protocol import RolloutResponse, RolloutStatus
 from rollout_sdk.settings import RolloutClientSettings
-from tests.integration.test_transport import BODY, FakeSleep, answer, completion, wire_server
+
+from .test_transport import BODY, FakeSleep, answer, completion, wire_server
 
 pytestmark = pytest.mark.integration
 

@@ -173,7 +173,7 @@ def test_the_setting_overrides_where_the_kit_runs() -> None:
     )
     assert closed.reach is Reach.PUBLIC
     with pytest.raises(ValidationError):
-        KitSettings(outbound_addresses="anywhere")  # type: ignore[arg-type]
+        KitSettings(outbound_addresses="anywhere")
 
 
 class Fixed(AbstractResolver):
