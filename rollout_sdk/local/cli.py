@@ -424,8 +424,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the local rollout server",
         description=(
             "Run the local rollout server: the same app and worker code as on Lambda, in one "
-            "process, behind uvicorn. Settings come from the OSMOSIS_ROLLOUT_* environment "
-            "variables (see the README)."
+            "process, behind uvicorn. Settings come from the OSMOSIS_ROLLOUT_* and "
+            "ROLLOUT_SDK_* environment variables (see the README). The server calls TrainGate "
+            "at public, loopback and private addresses, never link-local ones (cloud metadata) "
+            "unless ROLLOUT_SDK_ALLOW_LINK_LOCAL=true, and only the hosts in "
+            "ROLLOUT_SDK_ALLOWED_SERVER_HOSTS when it is set: an init naming another is a 422 "
+            "(docs/security.md). Init bodies are held to ROLLOUT_SDK_MAX_BODY_BYTES and to "
+            "counts checked before parsing (413), answers to ROLLOUT_SDK_MAX_ANSWER_BYTES."
         ),
     )
     # One of the two: an agent loop of your own, or the MCPAgentLoop of an MCP folder.
