@@ -48,7 +48,8 @@ load-dynamodb: $(STAMP)
 
 # The benchmarks (bench/bench.py), loopback only, about 15 minutes: throughput and init latency
 # per store against the bare-protocol baseline, SDK overhead per chat call, memory per rollout
-# in flight, AWS requests per rollout, cold start, the re-drive's reads beside 1k, 10k and 100k
+# in flight, AWS requests per rollout, cold start, init parse cost and the answer cap (fresh
+# processes), the re-drive's reads beside 1k, 10k and 100k
 # delivered records (alone: python -m bench.redrive). Writes bench/results/<UTC time>.json,
 # latest.json and latest.png; a missed goal is reported, not a failure.
 BENCH_STAMP := $(VENV)/.installed-bench

@@ -37,6 +37,9 @@ Each figure is the median of ``--runs`` runs (every run is kept in the results):
    dynamodb throughput, which fills what is left of ``--budget``.
 8. the parse cost of one init: CPU seconds and peak memory increase of the worst bodies
    within the body limit, each posted once per fresh process (:mod:`bench.parse_cost`).
+9. the answer cap: peak memory increase and CPU of one TrainGate chat call answered with 150 MB
+   (with a length, chunked, gzip), with the 32 MiB cap and, as the baseline, without it, each
+   in a fresh process (:mod:`bench.answer_cap`).
 
 Results go to ``bench/results/<UTC timestamp>.json`` and ``latest.json`` (machine, date,
 versions, every figure with its runs, the goals passed or missed), the chart to ``latest.png``,
@@ -64,6 +67,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.answer_cap import GOAL_PEAK_MIB as ANSWER_CAP_GOAL_PEAK_MIB
+from bench.answer_cap import lines as answer_cap_lines
 from bench.aws import cold_start_chart, cold_start_figures, cold_start_goals, cold_start_lines
 from bench.common import Figure, child_env, median, parse_result
 from bench.imports import GOAL_RATIO as IMPORT_GOAL_RATIO
@@ -358,16 +363,21 @@ def run_all(args: argparse.Namespace, clock: Clock) -> dict[str, Any]:
             + " items per pass"
         )
 
-    # 8. the parse cost of the worst init bodies, fresh processes
-    parse = _subprocess_json(["bench.parse_cost", "--runs", str(args.runs)], 900)
-    figures["parse_cost"] = parse
-    problems += [f"parse cost: {f}" for f in parse.get("failures", [])]
-    if "error" in parse:
-        problems.append(f"parse cost: {parse['error']}")
-    for line in parse_cost_lines(parse):
-        clock.log(line)
+    # 8. the parse cost of the worst init bodies, and 9. the answer cap against the uncapped
+    # read of a 150 MB answer: each case in fresh processes
+    for key, module, label, describe in (
+        ("parse_cost", "bench.parse_cost", "parse cost", parse_cost_lines),
+        ("answer_cap", "bench.answer_cap", "answer cap", answer_cap_lines),
+    ):
+        report = _subprocess_json([module, "--runs", str(args.runs)], 900)
+        figures[key] = report
+        problems += [f"{label}: {f}" for f in report.get("failures", [])]
+        if "error" in report:
+            problems.append(f"{label}: {report['error']}")
+        for line in describe(report):
+            clock.log(line)
 
-    # 9. dynamodb throughput, last: only the runs that fit the budget
+    # 10. dynamodb throughput, last: only the runs that fit the budget
     dynamodb: list[ThroughputRun] = []
     skipped = ""
     if args.skip_dynamodb:
@@ -498,6 +508,15 @@ def goals(figures: dict[str, Any]) -> list[Goal]:
                 case["goal"],
             )
         )
+    for case in (figures.get("answer_cap") or {}).get("cases", []):
+        out.append(
+            Goal(
+                f"answer cap, 150 MB {case['case']}: peak increase MiB",
+                f"< {ANSWER_CAP_GOAL_PEAK_MIB:g}",
+                case["capped_peak"]["median"],
+                case["goal"],
+            )
+        )
     ratio = value("author_import", "ratio", "median")
     out.append(
         Goal(
@@ -582,6 +601,7 @@ def summary(results: dict[str, Any]) -> str:
         *cold_start_lines(f.get("cold_start") or {"not_measured": "absent"}),
         *_author_import_line(f.get("author_import")),
         *_redrive_lines(f.get("redrive")),
+        *answer_cap_lines(f.get("answer_cap") or {}),
         "",
         "goals:",
     ]

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -175,6 +176,15 @@ RESULT_MARK = "BENCH-RESULT "
 def emit_result(result: Any) -> None:
     """Print ``result`` as the subprocess's report line."""
     print(RESULT_MARK + json.dumps(result, default=str), flush=True)
+
+
+def report_and_exit(report: dict[str, Any], lines: list[str]) -> int:
+    """A fresh-process bench's end: its lines and failures on stderr, the report line on
+    stdout; 1 when a case failed."""
+    for line in [*lines, *report["failures"]]:
+        print(line, file=sys.stderr)
+    emit_result(report)
+    return 1 if report["failures"] else 0
 
 
 def parse_result(stdout: str) -> Any:

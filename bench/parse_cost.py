@@ -28,7 +28,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import MIB, Figure, child_env, emit_result, parse_result, peak_rss, rss
+from bench.common import (
+    MIB,
+    Figure,
+    child_env,
+    emit_result,
+    parse_result,
+    peak_rss,
+    report_and_exit,
+    rss,
+)
 from bench.common import reset_peak_rss as reset_peak
 from testkit.asgi import http_scope
 from testkit.bodies import calculator_body
@@ -237,10 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         emit_result(measure(args.child))
         return 0
     report = run_parse_cost(args.runs, args.case)
-    for line in [*lines(report), *report["failures"]]:
-        print(line, file=sys.stderr)
-    emit_result(report)
-    return 1 if report["failures"] else 0
+    return report_and_exit(report, lines(report))
 
 
 if __name__ == "__main__":
