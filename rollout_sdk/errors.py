@@ -24,6 +24,7 @@ the v1 Osmosis SDK are kept, with their meaning, so ported agents can keep catch
     │   ├── EndpointDisabled                404: /platform/health with no server key configured
     │   ├── UnsupportedMediaType            415: init's body is not JSON
     │   ├── PayloadTooLarge                 413: metadata or body over the configured limit
+    │   ├── RecordTooLarge                  413: the store refused the init's record as too large
     │   ├── ServerUrlRefused                422: server_url not allowed (allowlist, link-local)
     │   ├── IdempotencyConflict             409: same key, different request / id in use
     │   ├── RolloutNotFound                 404: status or cancel of an unknown rollout
@@ -240,6 +241,12 @@ class IdempotencyConflict(RequestRejected):
 
 class PayloadTooLarge(RequestRejected):
     """A request part is larger than the configured limit."""
+
+
+class RecordTooLarge(RequestRejected):
+    """The record store refused to create the init's record because of what it holds (a key or
+    the item over DynamoDB's size limits, or a value too large for a deployment without a
+    payload bucket): the same init would be refused again, so it is not a 503 to retry."""
 
 
 class ServerUrlRefused(RequestRejected):

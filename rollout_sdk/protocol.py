@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 from enum import StrEnum
 from itertools import islice
@@ -34,6 +35,37 @@ DEFAULT_MAX_METADATA_SIZE_BYTES = 1024 * 1024
 #: or metadata, and well inside what pydantic's and the json module's encoders accept.
 MAX_JSON_NESTING = 64
 
+# Keys that fit the store. ``rollout_id`` and ``idempotency_key`` become parts of store keys:
+# DynamoDB's ``pk`` is ``rollout#<rollout_id>`` (8 bytes of prefix) for the record and
+# ``slot#key:<idempotency_key>`` or ``slot#rid:<rollout_id>`` (9 bytes) for the idempotency slot
+# (store/dynamodb.py, engine/record.py idempotency_slot). A partition key value is at most
+# 2,048 bytes (AWS, "Constraints in Amazon DynamoDB"; a sort key 1,024, but the table's only
+# sort key, the due index's due_at, is a number). SQLite's keys are TEXT columns, bounded only by
+# SQLITE_MAX_LENGTH (10^9 bytes), and the memory store's by nothing, so DynamoDB's is the bound.
+# Limits count UTF-8 bytes, as DynamoDB does: one character takes up to 4.
+
+#: DynamoDB's limit on a partition key value, in bytes.
+STORE_KEY_MAX_BYTES = 2048
+#: The longest prefix a store puts before a request field in a key: ``slot#key:``/``slot#rid:``.
+STORE_KEY_PREFIX_BYTES = len("slot#key:")
+ROLLOUT_ID_MAX_CHARS = 256
+IDEMPOTENCY_KEY_MAX_CHARS = 1024
+#: 2,048 - 9 = 2,039 bytes: the whole key a slot item can take. 1,024 characters fit when most
+#: take one byte (ASCII, as TrainGate's keys are); 1,024 four-byte characters (4,096 bytes) do not.
+IDEMPOTENCY_KEY_MAX_BYTES = STORE_KEY_MAX_BYTES - STORE_KEY_PREFIX_BYTES
+#: 4 x 256 = 1,024 bytes, the most 256 characters take in UTF-8, well inside 2,048 - 9: the
+#: character limit meets it first today; stated so that raising that limit cannot outgrow a key.
+ROLLOUT_ID_MAX_BYTES = 4 * ROLLOUT_ID_MAX_CHARS
+#: ``max_turns`` and ``max_tokens_total``: positive, and at most what a signed 32-bit integer holds
+#: (v1 took any int; TrainGate sends small positive ones, and a trainer's int32 must read them).
+MAX_COUNT = 2**31 - 1
+
+#: Percent-escapes refused in ``server_url``: control characters (a ``%00`` can end the path early
+#: in a server written in C, and the kit's suffix with it), ``?`` and ``#`` (a server or proxy that
+#: decodes before routing would read the suffix as a query or fragment), ``\`` (a path separator
+#: to some servers), and ``%`` itself (so that none of these hides behind a second decoding).
+_REFUSED_ESCAPES = re.compile(r"%(?:[01][0-9a-f]|7f|23|25|3f|5c)", re.IGNORECASE)
+
 
 def _encodes_as_utf8(text: str) -> bool:
     if text.isascii():
@@ -43,6 +75,16 @@ def _encodes_as_utf8(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def utf8_size(text: str) -> int:
+    """``text``'s size in UTF-8 bytes (an unpaired surrogate counted as 3: it is refused elsewhere)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def rollout_id_fits(rollout_id: str) -> bool:
+    """Whether ``rollout_id`` is within the length limits an init's ``rollout_id`` must meet."""
+    return len(rollout_id) <= ROLLOUT_ID_MAX_CHARS and utf8_size(rollout_id) <= ROLLOUT_ID_MAX_BYTES
 
 
 def _render_path(field: str, path: tuple[str | int, ...]) -> str:
@@ -313,16 +355,16 @@ class RolloutRequest(_Wire):
     # (aliased to the parameter's name), and pydantic refuses to build a deferred model there.
     model_config = ConfigDict(defer_build=False)
 
-    rollout_id: str = Field(min_length=1, max_length=256)
+    rollout_id: str = Field(min_length=1, max_length=ROLLOUT_ID_MAX_CHARS)
     server_url: str
     messages: list[Message]
     completion_params: dict[str, Any]
     tool_server_url: str | None = None
-    max_turns: int = 10
-    max_tokens_total: int = 8192
+    max_turns: int = Field(10, ge=1, le=MAX_COUNT)
+    max_tokens_total: int = Field(8192, ge=1, le=MAX_COUNT)
     metadata: dict[str, Any] = Field(default_factory=dict)
     api_key: str | None = Field(default=None, repr=False)
-    idempotency_key: str | None = Field(default=None, max_length=1024)
+    idempotency_key: str | None = Field(default=None, max_length=IDEMPOTENCY_KEY_MAX_CHARS)
 
     @field_validator("rollout_id")
     @classmethod
@@ -337,19 +379,29 @@ class RolloutRequest(_Wire):
         # A blank key would make every keyless-looking rollout collide; treat it as absent.
         return None if value is not None and not value.strip() else value
 
+    @field_validator("rollout_id", "idempotency_key")
+    @classmethod
+    def _fits_a_store_key(cls, value: str | None, info: ValidationInfo) -> str | None:
+        limit = (
+            ROLLOUT_ID_MAX_BYTES if info.field_name == "rollout_id" else IDEMPOTENCY_KEY_MAX_BYTES
+        )
+        size = 0 if value is None else utf8_size(value)
+        if size > limit:
+            raise ValueError(
+                f"{info.field_name} is {size} bytes as UTF-8; the limit is {limit} bytes, so that "
+                f"it fits a store key ({STORE_KEY_MAX_BYTES} bytes with the kit's prefix): "
+                "use a shorter value (a hash of it, for instance)"
+            )
+        return value
+
     @field_validator("server_url")
     @classmethod
     def _server_url_http(cls, value: str) -> str:
-        try:
-            parts = urlsplit(value.strip())
-            parts.port  # noqa: B018 - urlsplit checks the port only when it is read
-        except ValueError as exc:
-            raise ValueError(f"server_url is not a valid URL: {exc}") from exc
-        if parts.scheme not in ("http", "https"):
-            raise ValueError("server_url must be an http:// or https:// URL")
-        if not parts.hostname:
-            raise ValueError("server_url must name a host")
-        return value.strip().rstrip("/")
+        value = value.strip()
+        problem = server_url_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value.rstrip("/")
 
     @field_validator("*")
     @classmethod
@@ -364,6 +416,54 @@ class RolloutRequest(_Wire):
     def metadata_size(self) -> int:
         """Size of ``metadata`` as compact UTF-8 JSON, the measure the limit applies to."""
         return json_size(self.metadata)
+
+
+def server_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a ``server_url``, naming the fix; None when it can.
+
+    The kit appends its fixed paths (``/v1/chat/completions``, ``/v1/rollout/completed``) to it,
+    so it must be a base URL those stay the path of: http(s), a host, no user info, no query and
+    no fragment (not even an empty ``?`` or ``#``), no backslash, no control or whitespace
+    character (``urlsplit`` drops tabs and newlines silently), no percent-encoded host, and none
+    of the percent-escapes :data:`_REFUSED_ESCAPES` names in the path.
+    """
+    if not url.isprintable() or " " in url:
+        at = next(i for i, c in enumerate(url) if c == " " or not c.isprintable())
+        return (
+            f"server_url holds a control or whitespace character (U+{ord(url[at]):04X} at "
+            f"position {at}); send the URL without it"
+        )
+    for mark, what in (("?", "a query"), ("#", "a fragment")):
+        if mark in url:
+            return (
+                f"server_url must not have {what} ({mark!r}): the kit appends "
+                "/v1/chat/completions and /v1/rollout/completed to it, so send the base URL only"
+            )
+    if "\\" in url:
+        return "server_url must not contain a backslash; use '/' in the path"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - urlsplit checks the port only when it is read
+    except ValueError as exc:
+        return f"server_url is not a valid URL: {exc}"
+    if parts.scheme not in ("http", "https"):
+        return "server_url must be an http:// or https:// URL"
+    if "@" in parts.netloc:
+        return (
+            "server_url must not carry user info (user:password@): TrainGate is called with "
+            "the callback key (api_key) as its credential; remove the part up to '@'"
+        )
+    if not parts.hostname:
+        return "server_url must name a host"
+    if "%" in parts.netloc:
+        return "server_url's host must not be percent-encoded; write it plainly"
+    escape = _REFUSED_ESCAPES.search(parts.path)
+    if escape is not None:
+        return (
+            f"server_url's path holds the escape {escape.group()!r} (a control character, "
+            "'?', '#', '\\' or '%' once decoded); send the path without it"
+        )
+    return None
 
 
 class InitResponse(_Wire):

@@ -25,7 +25,13 @@ from rollout_sdk.errors import (
     RolloutAlreadyFinished,
     RolloutNotFound,
 )
-from rollout_sdk.protocol import InitResponse, RolloutRequest
+from rollout_sdk.protocol import (
+    ROLLOUT_ID_MAX_BYTES,
+    ROLLOUT_ID_MAX_CHARS,
+    InitResponse,
+    RolloutRequest,
+    rollout_id_fits,
+)
 
 if TYPE_CHECKING:
     from rollout_sdk.agent.loop import RolloutAgentLoop
@@ -236,7 +242,15 @@ class RolloutService:
     # ------------------------------------------------------------------ status and cancel
 
     async def status(self, rollout_id: str) -> RolloutRecord:
-        """The live record; RolloutNotFound when there is none."""
+        """The live record; RolloutNotFound when there is none.
+
+        An id no init could have stored (over ``rollout_id``'s limits) is not looked up: it is
+        unknown, and a store would refuse its key (DynamoDB's: a 503 that no retry changes)."""
+        if not rollout_id_fits(rollout_id):
+            raise RolloutNotFound(
+                f"no rollout is known under an id of {len(rollout_id)} characters: a rollout_id "
+                f"has at most {ROLLOUT_ID_MAX_CHARS} characters and {ROLLOUT_ID_MAX_BYTES} bytes"
+            )
         record = await self.store.get(rollout_id, now=self.clock())
         if record is None:
             raise RolloutNotFound(

@@ -26,6 +26,7 @@ from rollout_sdk.errors import (
     IdempotencyConflict,
     Overloaded,
     PayloadTooLarge,
+    RecordTooLarge,
     RolloutAlreadyFinished,
     RolloutError,
     RolloutNotFound,
@@ -117,6 +118,7 @@ PROBLEMS: Mapping[type[RolloutError], Problem[Any]] = dict(
         _entry(ServerUrlRefused, Problem(422, body=_url_refused)),
         # The service's.
         _entry(IdempotencyConflict, Problem(409, body=_conflict)),
+        _entry(RecordTooLarge, Problem(413)),
         _entry(
             AgentToolsError,
             Problem(500, body=detail_around("the agent loop could not provide its tools: ")),

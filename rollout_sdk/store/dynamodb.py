@@ -23,10 +23,12 @@ create may take over an expired item.
 Large values: the request, the init response (the tools) and the final response are stored
 zlib-compressed (Binary). A value still over ``inline_limit`` bytes (100 KB) compressed goes to S3
 (``bucket``) under a content-addressed key, and the item keeps the key, so the three together never
-push an item past DynamoDB's 400 KB; without a bucket such a value is refused with a StoreError
-that says so.
+push an item past DynamoDB's 400 KB; without a bucket such a value is refused, saying so.
 
-Nothing above this module sees botocore: ``ClientError`` and ``BotoCoreError`` become StoreError.
+Nothing above this module sees botocore: ``ClientError`` and ``BotoCoreError`` become StoreError,
+except at create when DynamoDB refuses the record for its size (a key over 2,048 bytes, the item
+over 400 KB) or a value needs the bucket that is not configured: that is the init's content,
+which a retry cannot change, and it becomes RecordTooLarge (413), not a StoreError (503).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import enum
 import hashlib
 import json
 import math
+import re
 import zlib
 from collections.abc import Callable, Mapping
 from decimal import Decimal
@@ -45,7 +48,7 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import BotoCoreError, ClientError
 
 from rollout_sdk.engine.record import RecordState, RolloutRecord
-from rollout_sdk.errors import StoreError
+from rollout_sdk.errors import RecordTooLarge, StoreError
 from rollout_sdk.store.base import (
     CreateResult,
     DueCursor,
@@ -91,6 +94,25 @@ _BLOBS = frozenset({"request", "response", "init_response"})
 _JSON_TEXT = frozenset({"extra"})
 #: Numbers that read back as int (TypeDeserializer gives Decimal); the others read back as float.
 _INTEGRAL = frozenset(name for name, hint in get_type_hints(RolloutRecord).items() if hint is int)
+
+#: What DynamoDB says when a key or an item is over its size limit, as a ValidationException
+#: ("Item size has exceeded the maximum allowed size", "One or more parameter values were invalid:
+#: Size of hashkey has exceeded the maximum size limit of2048 bytes") or as a cancelled
+#: transaction's ValidationError reason (its item-size refusals). Other validation errors (a
+#: table whose key schema is not the kit's, say) are the deployment's, and stay StoreError.
+_SIZE_REFUSAL = re.compile(r"\bsize\b.*\bexceeded\b", re.IGNORECASE | re.DOTALL)
+
+
+class _NoRoom(StoreError):
+    """A value over the inline limit and no bucket to put it in (RecordTooLarge at create)."""
+
+
+def _size_refusal(code: object, message: object) -> str | None:
+    """DynamoDB's message when an error (``code``, ``message``) refuses a key or item size."""
+    if code in ("ValidationException", "ValidationError") and isinstance(message, str):
+        return message if _SIZE_REFUSAL.search(message) else None
+    return None
+
 
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
@@ -156,7 +178,7 @@ class DynamoDBStore(Store):
         if len(packed) <= self._inline_limit:
             return {"B": packed}
         if self._s3 is None or not self._bucket:
-            raise StoreError(
+            raise _NoRoom(
                 f"the {name} of rollout {rollout_id!r} is {len(packed)} bytes compressed, over the "
                 f"{self._inline_limit}-byte inline limit of a DynamoDB item, and no S3 bucket is "
                 "configured for large values (PAYLOAD_BUCKET)"
@@ -286,8 +308,18 @@ class DynamoDBStore(Store):
 
     # ------------------------------------------------------------------ synchronous bodies
 
+    def _too_large(self, record: RolloutRecord, message: str) -> RecordTooLarge:
+        return RecordTooLarge(
+            f"DynamoDB refused the record of rollout {record.rollout_id[:64]!r} for its size "
+            f"({message}); a key (rollout_id, idempotency_key) fits in 2,048 bytes with the kit's "
+            "prefix and an item in 400 KB, so this init cannot be stored as it is"
+        )
+
     def _create(self, record: RolloutRecord, now: float, slot_until: int) -> CreateResult:
-        item = self._to_item(record)  # encoded once: a large value goes to S3 once
+        try:
+            item = self._to_item(record)  # encoded once: a large value goes to S3 once
+        except _NoRoom as exc:
+            raise RecordTooLarge(str(exc)) from exc
         stale_holder: str | None = None
         while True:
             free = f"attribute_not_exists(pk) OR {TTL_ATTRIBUTE} <= :now"
@@ -311,9 +343,17 @@ class DynamoDBStore(Store):
                 self._ddb.transact_write_items(TransactItems=puts)
                 return CreateResult(True, record)
             except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+                error = exc.response.get("Error", {})
+                refusal = _size_refusal(error.get("Code"), error.get("Message"))
+                if refusal is not None:
+                    raise self._too_large(record, refusal) from exc
+                if error.get("Code") != "TransactionCanceledException":
                     raise self._fail("create", exc) from exc
                 reasons = cast("list[Any]", exc.response.get("CancellationReasons") or [])
+                for reason in reasons:
+                    refusal = _size_refusal(reason.get("Code"), reason.get("Message"))
+                    if refusal is not None:
+                        raise self._too_large(record, refusal) from exc
             except BotoCoreError as exc:
                 raise self._fail("create", exc) from exc
             outcome = self._resolve_conflict(record, reasons, now)

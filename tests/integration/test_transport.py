@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from rollout_sdk.engine.client import CHAT_PATH, TrainGateClient
-from rollout_sdk.errors import OsmosisTimeoutError, OsmosisTransportError
+from rollout_sdk.errors import OsmosisTimeoutError, OsmosisTransportError, OsmosisValidationError
+from rollout_sdk.protocol import RolloutResponse, RolloutStatus
 from rollout_sdk.settings import RolloutClientSettings
 
 pytestmark = pytest.mark.integration
@@ -189,3 +190,31 @@ async def test_a_gzip_answer_is_decoded_and_the_headers_are_sent() -> None:
     assert head.startswith(f"post {CHAT_PATH} http/1.1")
     assert "authorization: bearer secret" in head
     assert "content-type: application/json" in head
+
+
+async def test_a_redirect_is_not_followed_by_the_chat_call_or_the_callback() -> None:
+    # A TrainGate (or whatever a server_url names) answering 307 to elsewhere: the client takes
+    # the answer as it is and never sends the request, or the callback key, to the Location.
+    async def elsewhere_script(n: int) -> bytes | None:
+        return answer(completion())
+
+    async with wire_server(elsewhere_script) as (elsewhere, target):
+        moved = (
+            f"HTTP/1.1 307 Temporary Redirect\r\nLocation: {target}/admin\r\n"
+            "Content-Length: 0\r\n\r\n"
+        ).encode()
+
+        async def script(n: int) -> bytes | None:
+            return moved
+
+        async with wire_server(script) as (server, url):
+            gate = client(FakeSleep(), max_retries=0, complete_rollout_retries=0)
+            with pytest.raises(OsmosisValidationError, match="307"):
+                await gate.chat(url, BODY, api_key="k")
+            delivery = await gate.complete_rollout(
+                url, RolloutResponse(rollout_id="r", status=RolloutStatus.ERROR), api_key="k"
+            )
+            await gate.aclose()
+    assert (delivery.delivered, delivery.status_code) == (False, 307)
+    assert server.requests == 2
+    assert elsewhere.requests == 0

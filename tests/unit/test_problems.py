@@ -27,6 +27,7 @@ from rollout_sdk.errors import (
     OsmosisValidationError,
     Overloaded,
     PayloadTooLarge,
+    RecordTooLarge,
     RequestRejected,
     RolloutAlreadyFinished,
     RolloutCancelled,
@@ -103,6 +104,7 @@ ANSWERS: list[tuple[RolloutError, int, dict[str, str], object]] = [
         {"retry-after": "1"},
         {"detail": "the record store failed: disk; retry the same init"},
     ),
+    (RecordTooLarge("key too long"), 413, {}, {"detail": "key too long"}),
     (RolloutNotFound("no r1"), 404, {}, {"detail": "no r1"}),
     (RolloutAlreadyFinished("done"), 409, {}, {"detail": "done"}),
 ]
