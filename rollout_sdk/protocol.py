@@ -359,6 +359,9 @@ class RolloutRequest(_Wire):
     server_url: str
     messages: list[Message]
     completion_params: dict[str, Any]
+    #: Stored and handed to the agent as v1 did; the kit itself never contacts it, so the
+    #: outbound policy (rollout_sdk/engine/outbound.py) does not check it: an agent that calls
+    #: it uses its own HTTP client.
     tool_server_url: str | None = None
     max_turns: int = Field(10, ge=1, le=MAX_COUNT)
     max_tokens_total: int = Field(8192, ge=1, le=MAX_COUNT)
