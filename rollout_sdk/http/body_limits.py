@@ -8,7 +8,9 @@ body to :meth:`InitBodyLimits.check` first:
 1. its JSON values and its depth, from the text (:mod:`rollout_sdk.json_scan`, at C speed),
    before any object is built;
 2. then, parsed (at most ``max_json_values`` values now), the entries of ``messages`` and of
-   ``completion_params.tools``, and the size of ``metadata``, before pydantic copies them.
+   ``completion_params.tools``, and the size of ``metadata``, before pydantic copies them; only
+   when the body could be over one of those (more values than the smaller count limit, or more
+   bytes than the metadata limit), so a real init is parsed once, by the app.
 
 Over a limit: PayloadTooLarge (413) naming it and the variable that raises it. A body that is
 not JSON, or not an object, passes: the app answers it, as it always has (422).
@@ -67,8 +69,9 @@ class InitBodyLimits:
     def check(self, body: bytes) -> None:
         """Refuse ``body`` when it holds more than a limit allows. Raises PayloadTooLarge."""
         skeleton = Skeleton(body)
+        count = skeleton.values()
         values = "JSON values (keys included)"
-        _at_most("the body holds", skeleton.values(), self.max_json_values, values, MAX_VALUES)
+        _at_most("the body holds", count, self.max_json_values, values, MAX_VALUES)
         levels = "levels deep"
         _at_most(
             "the body nests arrays and objects",
@@ -78,6 +81,12 @@ class InitBodyLimits:
             MAX_DEPTH,
         )
         del skeleton  # before the body is parsed
+        if count <= min(self.max_messages, self.max_tools) and len(body) <= (
+            self.max_metadata_bytes
+        ):
+            # No list in it can be over its count, nor metadata over its size: the body is not
+            # parsed twice (a real init, of a few dozen values, never is).
+            return
         request = _parsed(body)
         if not isinstance(request, dict):
             return
