@@ -156,7 +156,7 @@ class KitSettings(BaseSettings):
     @field_validator("allowed_server_hosts")
     @classmethod
     def _parsable_hosts(cls, value: str) -> str:
-        from rollout_sdk.engine.outbound import parse_allowed_hosts
+        from rollout_sdk.hosts import parse_allowed_hosts
 
         parse_allowed_hosts(value)  # ValueError naming the bad entry
         return value

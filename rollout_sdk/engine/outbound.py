@@ -16,35 +16,36 @@ runs beside them. ``ROLLOUT_SDK_OUTBOUND_ADDRESSES`` overrides that default. Lin
 host named in ``ROLLOUT_SDK_ALLOWED_SERVER_HOSTS`` (``host`` or ``host:port``) is trusted at any
 address but link-local: that is how a private TrainGate inside the VPC is allowed.
 
-Pure: no I/O, no HTTP stack; the transport and the init rules apply it.
+Pure: no I/O, no HTTP stack; the transport and the init rules apply it. How a host is written
+and compared (literal addresses in every spelling, allowlist entries) is :mod:`rollout_sdk.hosts`.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import socket
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING
-from urllib.parse import unquote
+from typing import Protocol
 
-from rollout_sdk.settings import KIT_PREFIX
+from rollout_sdk.hosts import (
+    AllowedHost,
+    IPAddress,
+    literal_address,
+    normal_host,
+    parse_allowed_hosts,
+)
 
-if TYPE_CHECKING:
-    from rollout_sdk.settings import KitSettings
-
-ALLOWED_HOSTS_VARIABLE = KIT_PREFIX + "ALLOWED_SERVER_HOSTS"
-ALLOW_LINK_LOCAL_VARIABLE = KIT_PREFIX + "ALLOW_LINK_LOCAL"
-ADDRESSES_VARIABLE = KIT_PREFIX + "OUTBOUND_ADDRESSES"
-MAX_ANSWER_VARIABLE = KIT_PREFIX + "MAX_ANSWER_BYTES"
+# The settings' names (KitSettings, env prefix ROLLOUT_SDK_), as the refusals name them. Spelled
+# out rather than imported: the settings validate the allowlist with rollout_sdk.hosts, and the
+# policy needs no more of them than the four fields of OutboundSettings.
+ALLOWED_HOSTS_VARIABLE = "ROLLOUT_SDK_ALLOWED_SERVER_HOSTS"
+ALLOW_LINK_LOCAL_VARIABLE = "ROLLOUT_SDK_ALLOW_LINK_LOCAL"
 
 #: The default cap on one answer's body (after decoding): 32 MiB. A real chat answer is far
 #: smaller: a 32k-token completion with a log-probability and a token id per token is about
 #: 1 MB of JSON, and a callback's answer is a few bytes. The worker's default memory is 512 MB,
 #: so one answer of this size still leaves room for the other rollouts of a queue batch.
 DEFAULT_MAX_ANSWER_BYTES = 32 * 1024 * 1024
-
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 #: AWS's instance metadata service on IPv6 (Nitro): not link-local, but the same service.
 _METADATA_ADDRESSES = frozenset({ipaddress.ip_address("fd00:ec2::254")})
@@ -80,35 +81,24 @@ class Kind(StrEnum):
     RESERVED = "a reserved or special-purpose address"
 
 
+class OutboundSettings(Protocol):
+    """What the policy reads of the settings (``KitSettings`` has these fields)."""
+
+    @property
+    def outbound_addresses(self) -> str | None: ...
+    @property
+    def allowed_server_hosts(self) -> str: ...
+    @property
+    def allow_link_local(self) -> bool: ...
+    @property
+    def max_answer_bytes(self) -> int: ...
+
+
+#: Hosts a policy keeps its answer for (one TrainGate is one or two; a shared server a few).
+_ANSWERS_KEPT = 1024
+
 #: The kinds ``Reach.PRIVATE`` adds to the public addresses.
 _PRIVATE_KINDS = frozenset({Kind.LOOPBACK, Kind.PRIVATE, Kind.SHARED, Kind.UNIQUE_LOCAL})
-
-
-def literal_address(host: str) -> IPAddress | None:
-    """The IP address ``host`` spells in any form a resolver takes literally, or None.
-
-    Besides dotted quads and IPv6 this covers the forms ``inet_aton`` accepts (``2130706433``,
-    ``0x7f000001``, ``0177.0.0.1``, ``127.1``), which name the same address to ``getaddrinfo``.
-    """
-    host = host.removeprefix("[").removesuffix("]")
-    try:
-        return ipaddress.ip_address(host)
-    except ValueError:
-        pass
-    if host and all(c in "0123456789abcdefx." for c in host.lower()):
-        try:
-            return ipaddress.IPv4Address(socket.inet_aton(host))
-        except OSError:
-            return None
-    return None
-
-
-def normal_host(host: str) -> str:
-    """A host as compared: lower case, percent-decoded, no brackets or trailing dot, and an IP
-    address in its canonical form."""
-    host = unquote(host).strip().lower().removeprefix("[").removesuffix("]").rstrip(".")
-    address = literal_address(host)
-    return str(address) if address is not None else host
 
 
 def _embedded(address: IPAddress) -> IPAddress:
@@ -158,41 +148,6 @@ def _special_name(host: str) -> Kind | None:
 
 
 @dataclass(frozen=True)
-class AllowedHost:
-    """One allowlist entry: a host, and the one port it may be called on (None: any)."""
-
-    host: str
-    port: int | None = None
-
-    @classmethod
-    def parse(cls, entry: str) -> AllowedHost:
-        """``host``, ``host:port``, ``[v6]``, ``[v6]:port`` or a bare IPv6 address; ValueError
-        naming the entry when the port is not a number from 1 to 65535."""
-        text = entry.strip()
-        host, port = text, None
-        if text.startswith("["):
-            inside, _, rest = text[1:].partition("]")
-            host, port = inside, rest.removeprefix(":") if rest.startswith(":") else None
-            if rest and port is None:
-                raise ValueError(f"allowed host {entry!r}: expected [address] or [address]:port")
-        elif text.count(":") == 1:
-            host, port = text.split(":")
-        if port is None:
-            return cls(normal_host(host))
-        if not port.isdigit() or not 1 <= int(port) <= 65535:
-            raise ValueError(f"allowed host {entry!r}: the port must be a number from 1 to 65535")
-        return cls(normal_host(host), int(port))
-
-    def admits(self, host: str, port: int) -> bool:
-        return self.host == host and (self.port is None or self.port == port)
-
-
-def parse_allowed_hosts(value: str) -> tuple[AllowedHost, ...]:
-    """``ROLLOUT_SDK_ALLOWED_SERVER_HOSTS``: comma-separated entries; empty allows any host."""
-    return tuple(AllowedHost.parse(entry) for entry in value.split(",") if entry.strip())
-
-
-@dataclass(frozen=True)
 class OutboundPolicy:
     """Which addresses may be connected to, and the largest answer read (``max_answer_bytes``)."""
 
@@ -200,13 +155,14 @@ class OutboundPolicy:
     allowed: tuple[AllowedHost, ...] = ()
     allow_link_local: bool = False
     max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
-    #: The answer of each literal host and port already checked (they never change).
-    _literals: dict[tuple[str, int], str | None] = field(
+    #: The answer of each host and port already checked (it never changes): the transport asks
+    #: on every request, so a request costs a lookup, not a parse. Bounded, as init names hosts.
+    _answers: dict[tuple[str, int], str | None] = field(
         default_factory=dict, compare=False, repr=False
     )
 
     @classmethod
-    def from_settings(cls, kit: KitSettings, *, where: Reach) -> OutboundPolicy:
+    def from_settings(cls, kit: OutboundSettings, *, where: Reach) -> OutboundPolicy:
         """The policy of a kit running ``where`` (Lambda: PUBLIC; local: PRIVATE), unless
         ``ROLLOUT_SDK_OUTBOUND_ADDRESSES`` says otherwise."""
         return cls(
@@ -223,15 +179,22 @@ class OutboundPolicy:
     def host_refusal(self, host: str, port: int) -> str | None:
         """Why ``host`` may not be called on ``port`` before any resolution (the allowlist, a
         literal address, ``localhost``), else None. ``host`` as a URL gives it."""
-        host = normal_host(host)
+        key = (host, port)
+        try:
+            return self._answers[key]
+        except KeyError:
+            pass
+        if len(self._answers) >= _ANSWERS_KEPT:
+            self._answers.clear()
+        answer = self._answers[key] = self._host_refusal(normal_host(host), port)
+        return answer
+
+    def _host_refusal(self, host: str, port: int) -> str | None:
         if self.allowed and not self.trusts(host, port):
             return f"is not in the allowed hosts ({ALLOWED_HOSTS_VARIABLE})"
         address = literal_address(host)
         if address is not None:
-            key = (host, port)
-            if key not in self._literals:
-                self._literals[key] = self.address_refusal(address, host=host, port=port)
-            return self._literals[key]
+            return self.address_refusal(address, host=host, port=port)
         kind = _special_name(host)
         if kind is None or self.trusts(host, port) or self._reaches(kind):
             return None

@@ -194,7 +194,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if self.policy is not None:
-            # A literal address never reaches the resolver: checked here (cached per host).
+            # A literal address never reaches the resolver: checked here (the policy keeps its
+            # answer per host and port, so this is a lookup).
             url = request.url
             refusal = self.policy.host_refusal(url.host, url.port or _DEFAULT_PORTS[url.scheme])
             if refusal is not None:

@@ -16,9 +16,10 @@ import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from rollout_sdk.engine.client import TrainGateClient
-from rollout_sdk.engine.outbound import AllowedHost, OutboundPolicy, Reach
+from rollout_sdk.engine.outbound import OutboundPolicy, Reach
 from rollout_sdk.engine.telemetry import Metric
 from rollout_sdk.errors import AnswerTooLarge, FailureCategory, OutboundRefused
+from rollout_sdk.hosts import AllowedHost
 from rollout_sdk.protocol import RolloutResponse, RolloutStatus
 from rollout_sdk.settings import RolloutClientSettings
 

@@ -11,17 +11,11 @@ import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
 from pydantic import ValidationError
 
-from rollout_sdk.engine.outbound import (
-    AllowedHost,
-    Kind,
-    OutboundPolicy,
-    Reach,
-    kind_of,
-    literal_address,
-)
+from rollout_sdk.engine.outbound import Kind, OutboundPolicy, Reach, kind_of
 from rollout_sdk.engine.rules import check_server_url
 from rollout_sdk.engine.transport import PolicyResolver, _Refused
 from rollout_sdk.errors import ServerUrlRefused
+from rollout_sdk.hosts import AllowedHost, literal_address
 from rollout_sdk.settings import KitSettings
 
 LAMBDA = OutboundPolicy(reach=Reach.PUBLIC)

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.result import Ok
 
-from rollout_sdk.engine.outbound import AllowedHost
+from rollout_sdk.hosts import AllowedHost
 from rollout_sdk.http.app import create_app
 from rollout_sdk.settings import VARIABLE_PREFIXES, RolloutSettings, load_settings
 from rollout_sdk.store.memory import MemoryStore
