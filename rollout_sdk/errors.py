@@ -223,6 +223,10 @@ class Unauthorized(RequestRejected):
         super().__init__(message)
 
 
+class MisdirectedRequest(RequestRejected):
+    """The request's Host header names a host this server does not answer to (DNS rebinding)."""
+
+
 class EndpointDisabled(RequestRejected):
     """The endpoint is switched off in this deployment (``/platform/health`` with no key)."""
 

@@ -7,6 +7,9 @@ needs the local server (:mod:`rollout_sdk.local.server`).
 
 from __future__ import annotations
 
+import secrets
+import sys
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from rollout_sdk.errors import ServeError
@@ -28,18 +31,39 @@ def serve_agent_loop(
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     api_key: str | None = None,
+    local_debug: bool = False,
     store: StoreKind = "sqlite",
     state_dir: str | Path = ".rollout-state",
     settings: RolloutSettings | None = None,
     debug_dir: str | Path | None = None,
     log_level: str = "info",
+    allow_unauthenticated: bool = False,
+    allowed_hosts: Iterable[str] = (),
     **ignored: Any,
 ) -> None:
     """Validate ``agent_loop`` and serve it with uvicorn until interrupted (v1 API).
 
-    Raises AgentLoopValidationError for an invalid loop, ServeError when the server cannot start
-    (or is not installed here: the Lambda artifact does not ship it).
+    As in v1, with no ``api_key`` a server key is generated and shown (on standard error), and
+    ``local_debug=True`` serves with no key at all (``api_key`` with it is a ServeError). Unlike
+    v1, a server with no key is refused on an address other machines can reach (v1's default
+    ``0.0.0.0`` included) unless ``allow_unauthenticated=True`` says the network is trusted;
+    and a loopback server answers only to its own names and ``allowed_hosts``
+    (:mod:`rollout_sdk.local.exposure`).
+
+    Raises AgentLoopValidationError for an invalid loop, ServeError when the server cannot (or
+    may not) start, or is not installed here (the Lambda artifact does not ship it).
     """
+    if local_debug and api_key:
+        raise ServeError(
+            "serve_agent_loop: api_key and local_debug=True exclude each other (local_debug "
+            "serves with no server key); drop one"
+        )
+    if not local_debug and not api_key:
+        api_key = generated_server_key()
+        print(
+            f"rollout-sdk: generated server key (send 'Authorization: Bearer <key>'): {api_key}",
+            file=sys.stderr,
+        )
     try:
         from rollout_sdk.local import server
     except ImportError as exc:
@@ -57,5 +81,12 @@ def serve_agent_loop(
         settings=settings,
         debug_dir=debug_dir,
         log_level=log_level,
+        allow_unauthenticated=allow_unauthenticated,
+        allowed_hosts=allowed_hosts,
         **ignored,
     )
+
+
+def generated_server_key() -> str:
+    """A fresh server key in v1's form (``osm_rollout_`` and 32 random bytes, URL-safe)."""
+    return "osm_rollout_" + secrets.token_urlsafe(32)

@@ -23,8 +23,9 @@ from rollout_sdk.errors import (
 from rollout_sdk.http.problems import send_problem
 
 #: Paths that need the server key when one is configured (the local server's /metrics says how
-#: many rollouts ran and failed: not for anyone who can reach the port).
-PROTECTED_PREFIXES = ("/v1/rollout", "/platform/", "/metrics")
+#: many rollouts ran and failed, and its /docs and /openapi.json map every route and setting:
+#: not for anyone who can reach the port). Only /health stays open, for a load balancer.
+PROTECTED_PREFIXES = ("/v1/rollout", "/platform/", "/metrics", "/docs", "/openapi.json")
 
 
 def request_paths(scope: Scope) -> tuple[str, str]:

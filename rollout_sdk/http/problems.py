@@ -24,6 +24,7 @@ from rollout_sdk.errors import (
     DispatchError,
     EndpointDisabled,
     IdempotencyConflict,
+    MisdirectedRequest,
     Overloaded,
     PayloadTooLarge,
     RecordTooLarge,
@@ -110,6 +111,8 @@ PROBLEMS: Mapping[type[RolloutError], Problem[Any]] = dict(
         # The server-key middleware's answers.
         _entry(Unauthorized, Problem(401, headers=lambda _: {"WWW-Authenticate": "Bearer"})),
         _entry(EndpointDisabled, Problem(404)),
+        # The local server's Host check.
+        _entry(MisdirectedRequest, Problem(421)),
         _entry(ServerKeyUnavailable, Problem(503, headers=retry_after(5))),
         _entry(ServerKeyMissing, Problem(503)),
         # The admission middleware's, and init's input rules.

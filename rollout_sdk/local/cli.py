@@ -48,7 +48,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     from rollout_sdk.agent.loader import load_agent_loop
     from rollout_sdk.agent.validation import format_report, validate_agent_loop
-    from rollout_sdk.errors import ConfigurationError, MCPLoadError, StoreError
+    from rollout_sdk.errors import ConfigurationError, MCPLoadError, ServeError, StoreError
+    from rollout_sdk.local.exposure import Exposure
     from rollout_sdk.local.server import build_local_app
     from rollout_sdk.settings import get_settings
 
@@ -67,6 +68,17 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(format_report(result), file=sys.stderr)
         return 1
     keys = [k for k in (args.api_key, _secret(settings.cli.server_key)) if k]
+    try:
+        exposure = Exposure(
+            args.host,
+            args.port,
+            keyed=bool(keys),
+            allow_unauthenticated=args.allow_unauthenticated,
+            allowed_hosts=tuple(args.allowed_host),
+        )
+        exposure.check()
+    except ServeError as exc:
+        return _fail(str(exc), 2)
     emulator = None
     store: Any = args.store
     where = (
@@ -99,10 +111,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             api_keys=keys,
             settings=settings,
             debug_dir=args.debug_dir,
+            host_check=exposure.host_check(),
         )
         print(
             f"rollout-sdk: serving agent loop {agent_loop.name!r} on http://{args.host}:{args.port} "
-            f"(store: {where}; server key: {'required' if keys else 'none'})",
+            f"(store: {where}; {exposure.describe()})",
             file=sys.stderr,
         )
         forgets = _what_a_restart_forgets(args.store, embedded=emulator is not None)
@@ -449,14 +462,31 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--host",
         default="127.0.0.1",
-        help="address to bind (default 127.0.0.1; 0.0.0.0 to accept other machines)",
+        help="address to bind (default 127.0.0.1; 0.0.0.0 to accept other machines, which "
+        "needs a server key or --allow-unauthenticated)",
     )
     serve.add_argument("--port", type=int, default=9000, help="port to bind (default 9000)")
     serve.add_argument(
         "--api-key",
         metavar="KEY",
-        help="server key TrainGate must send as 'Authorization: Bearer KEY' "
-        "(or set ROLLOUT_SDK_SERVER_KEY); default: no key",
+        help="server key TrainGate must send as 'Authorization: Bearer KEY'; it shows in the "
+        "process list, so prefer ROLLOUT_SDK_SERVER_KEY; default: no key, which is allowed on "
+        "loopback only",
+    )
+    serve.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="serve with no server key on an address other machines can reach: only on a "
+        "network you trust, since anyone there can start, read and cancel rollouts",
+    )
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="another name the server answers to (repeatable): a loopback server refuses (421) "
+        "any request whose Host header is not its address, localhost, 127.0.0.1 or [::1]; "
+        "with another bind address, giving this turns the same check on",
     )
     serve.add_argument(
         "--store",

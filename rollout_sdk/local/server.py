@@ -150,9 +150,13 @@ def build_local_app(
     settings: RolloutSettings | None = None,
     debug_dir: str | Path | None = None,
     docs: bool = True,
+    host_check: Iterable[str] | None = None,
 ) -> FastAPI:
     """The local server's app: ``create_app`` on a durable store with the in-process worker,
     its metrics at ``GET /metrics`` (Prometheus' text format).
+
+    ``host_check``: the Host header values it answers to (421 for any other; None: no check;
+    :meth:`rollout_sdk.local.exposure.Exposure.host_check` says which for a bind address).
 
     On a store that outlives the process (SQLite, or a store with an owner: DynamoDB through
     ``--dynamodb-endpoint``) it owns ``state_dir`` (a lock), keeps callback keys sealed under a
@@ -160,6 +164,24 @@ def build_local_app(
     flight, and re-drives undelivered responses. Raises ServeError when another server holds
     the folder.
     """
+    app = _build_app(agent_loop, store, state_dir, api_keys, settings, debug_dir, docs)
+    if host_check is not None:
+        from rollout_sdk.http.host_check import HostCheckMiddleware
+
+        # Added last, so it runs first: a request under a foreign name meets nothing else.
+        app.add_middleware(HostCheckMiddleware, allowed=host_check)
+    return app
+
+
+def _build_app(
+    agent_loop: RolloutAgentLoop,
+    store: StoreKind | Store,
+    state_dir: str | Path,
+    api_keys: Iterable[str],
+    settings: RolloutSettings | None,
+    debug_dir: str | Path | None,
+    docs: bool,
+) -> FastAPI:
     from rollout_sdk.engine.vault import LocalVault
     from rollout_sdk.http.app import create_app
 
@@ -210,17 +232,31 @@ def serve(
     settings: RolloutSettings | None = None,
     debug_dir: str | Path | None = None,
     log_level: str = "info",
+    allow_unauthenticated: bool = False,
+    allowed_hosts: Iterable[str] = (),
     **ignored: Any,
 ) -> None:
     """Validate ``agent_loop`` and serve it with uvicorn until interrupted (what v1's
     :func:`~rollout_sdk.agent.serve.serve_agent_loop` runs).
 
-    Raises AgentLoopValidationError for an invalid loop, ServeError when the server cannot start.
+    With no ``api_key`` it serves only on loopback unless ``allow_unauthenticated``
+    (:mod:`rollout_sdk.local.exposure`); a loopback server answers only to its own names and
+    ``allowed_hosts``. Raises AgentLoopValidationError for an invalid loop, ServeError when
+    the server cannot (or may not) start.
     """
     import uvicorn
 
     from rollout_sdk.agent.validation import validate_agent_loop
+    from rollout_sdk.local.exposure import OPT_OUT_ARGUMENT, Exposure
 
+    exposure = Exposure(
+        host,
+        port,
+        keyed=bool(api_key),
+        allow_unauthenticated=allow_unauthenticated,
+        allowed_hosts=tuple(allowed_hosts),
+    )
+    exposure.check(flag=OPT_OUT_ARGUMENT, key_hint="api_key=...")
     validate_agent_loop(agent_loop).raise_if_invalid()
     app = build_local_app(
         agent_loop,
@@ -229,6 +265,7 @@ def serve(
         api_keys=[api_key] if api_key else [],
         settings=settings,
         debug_dir=debug_dir,
+        host_check=exposure.host_check(),
     )
     try:
         uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)

@@ -120,6 +120,7 @@ def test_init_without_the_server_key_is_401_and_starts_nothing(handler: Any) -> 
 
 
 def test_docs_are_off_when_deployed(handler: Any) -> None:
+    keyed = load_event(EVENTS / "init.json")["headers"]["authorization"]
     event = load_event(EVENTS / "health.json")
     for path in ("/docs", "/openapi.json"):
         event = {**event, "rawPath": path}
@@ -127,7 +128,11 @@ def test_docs_are_off_when_deployed(handler: Any) -> None:
             **event["requestContext"],
             "http": {**event["requestContext"]["http"], "path": path},
         }
+        # Behind the key like every route but /health; and off, for a caller who holds it.
         call = invoke(handler, "ApiFunction", event, timeout_seconds=29)
+        assert call.result["statusCode"] == 401, path
+        with_key = {**event, "headers": {**event["headers"], "authorization": keyed}}
+        call = invoke(handler, "ApiFunction", with_key, timeout_seconds=29)
         assert call.result["statusCode"] == 404, path
 
 

@@ -117,7 +117,8 @@ async def test_serve_takes_the_server_key_from_the_option_and_the_settings(
     assert main([*argv, *(["--api-key", option] if option else [])]) == 0
     [app] = served
     transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+    # The address it serves on by default, which the Host check admits.
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:9000") as client:
         refused = await client.get("/platform/health", headers={"Authorization": "Bearer no"})
         allowed = [
             await client.get("/platform/health", headers={"Authorization": f"Bearer {key}"})

@@ -20,6 +20,7 @@ from rollout_sdk.errors import (
     DispatchError,
     EndpointDisabled,
     IdempotencyConflict,
+    MisdirectedRequest,
     OsmosisRolloutError,
     OsmosisServerError,
     OsmosisTimeoutError,
@@ -54,6 +55,7 @@ ANSWERS: list[tuple[RolloutError, int, dict[str, str], object]] = [
         {"detail": "Invalid or missing API key: send 'Authorization: Bearer <server key>'"},
     ),
     (EndpointDisabled("off"), 404, {}, {"detail": "off"}),
+    (MisdirectedRequest("not mine"), 421, {}, {"detail": "not mine"}),
     (
         ServerKeyUnavailable(),
         503,

@@ -444,10 +444,10 @@ KIT_CHANGES: dict[str, str] = {
     "RolloutContext.chat": "messages is positional-only, so completion params that happen to "
     "hold a 'messages' key cannot collide with it; chat(messages=...) with no such param still "
     "works",
-    "serve_agent_loop": "validate, reload, skip_register and local_debug are accepted through "
-    "**ignored and do nothing: the loop is always validated, and there is no self-registration "
-    "(rollout-sdk register does it); with no api_key the server runs without a key rather than "
-    "generating one",
+    "serve_agent_loop": "validate, reload and skip_register are accepted through **ignored "
+    "and do nothing: the loop is always validated, and there is no self-registration "
+    "(rollout-sdk register does it); with no key on an address other machines reach it refuses "
+    "to start unless allow_unauthenticated=True, and allowed_hosts widens the Host check",
 }
 
 #: Model fields that differ ("Model.field"), or that only the kit has.
