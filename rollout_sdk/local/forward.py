@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import logging
 import threading
@@ -370,6 +371,7 @@ class ForwardingTrainGate:
     ) -> None:
         self.endpoint = endpoint
         self.callback_key = callback_key
+        self._expected = f"Bearer {callback_key}".encode()
         self.interactor = interactor
         self.token_field = "max_completion_tokens" if endpoint.is_openai else "max_tokens"
         self.forwarded = 0
@@ -503,7 +505,10 @@ class ForwardingTrainGate:
     # ------------------------------------------------------------------ app
 
     def _authorised(self, request: Request) -> bool:
-        return request.headers.get("authorization") == f"Bearer {self.callback_key}"
+        # The header's bytes as sent (Starlette decodes them as latin-1), compared in constant
+        # time; a missing header is an empty one.
+        presented = request.headers.get("authorization", "").encode("latin-1")
+        return hmac.compare_digest(presented, self._expected)
 
     def _build(self) -> FastAPI:
         @asynccontextmanager

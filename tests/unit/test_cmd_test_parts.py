@@ -1,8 +1,10 @@
 """The parts of ``rollout-sdk test`` that need no server: v1's datasets, the model names, the
-chat body sent to the endpoint, and how the endpoint's failures are named."""
+chat body sent to the endpoint, how the endpoint's failures are named, and the forwarder's check
+of the callback key."""
 
 from __future__ import annotations
 
+import hmac
 import json
 import sys
 from pathlib import Path
@@ -259,3 +261,38 @@ async def test_a_chat_call_is_forwarded_with_the_key_in_the_header_only() -> Non
     for request in seen:
         assert request.headers["authorization"] == "Bearer sk-secret-key"
         assert b"sk-secret-key" not in request.content
+
+
+# ---------------------------------------------------------------------------- the callback key
+
+
+async def test_the_callback_key_is_compared_in_constant_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    compared: list[tuple[object, object]] = []
+    real = hmac.compare_digest
+
+    def spy(a: Any, b: Any) -> bool:
+        compared.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", spy)
+    traingate = ForwardingTrainGate(ENDPOINT, callback_key="cb-key")
+    traingate.expect("r-1", {})
+    transport = httpx.ASGITransport(app=traingate.app)
+    body = {"rollout_id": "r-1", "status": "COMPLETED"}
+    async with httpx.AsyncClient(transport=transport, base_url="http://traingate") as client:
+
+        async def completed(headers: dict[str, Any] | None) -> int:
+            answer = await client.post("/v1/rollout/completed", json=body, headers=headers)
+            return answer.status_code
+
+        assert await completed(None) == 401  # no header: refused, not an error
+        assert await completed({"Authorization": "Bearer cb-wrong"}) == 401
+        assert await completed({"Authorization": "Bearer cb-kéy".encode("latin-1")}) == 401
+        assert await completed({"Authorization": "Bearer cb-key"}) == 200
+    assert await traingate.result("r-1") == body
+    # Every check went through compare_digest, on bytes (str would refuse non-ASCII).
+    assert len(compared) == 4
+    assert all(isinstance(a, bytes) and b == b"Bearer cb-key" for a, b in compared)
+    assert compared[0][0] == b"" and compared[2][0] == "Bearer cb-kéy".encode("latin-1")
