@@ -37,6 +37,7 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from urllib.parse import urlsplit
 
@@ -61,6 +62,8 @@ DROPPED = frozenset({"rollout_id", "logprobs", "top_logprobs", "model"})
 TOOLS_WAIT_SECONDS = 30.0
 #: The status the kit's client sees for a failure no retry can mend (final, not 408 or 429).
 FINAL_STATUS = 424
+#: The longest first line ``--api-key-file`` reads (a key file holds one short line).
+MAX_KEY_LINE = 16 * 1024
 
 T = TypeVar("T")
 
@@ -175,12 +178,44 @@ def resolve_endpoint(
     key = api_key or environ.get("OPENAI_API_KEY") or None
     if key is None and base_url is None:
         raise ConfigurationError(
-            "no API key for OpenAI: set OPENAI_API_KEY or pass --api-key (an endpoint of your "
-            "own that needs none: pass --base-url)"
+            "no API key for OpenAI: set OPENAI_API_KEY or pass --api-key-file or --api-key (an "
+            "endpoint of your own that needs none: pass --base-url)"
         )
     if not timeout > 0:
         raise ConfigurationError("--timeout must be positive")
     return Endpoint(base_url=url, model=name, api_key=key, timeout=timeout)
+
+
+def read_key_file(path: str, *, flag: str = "--api-key-file") -> str:
+    """The key on the first line of the file ``path``, stripped (a UTF-8 BOM too).
+
+    Raises ConfigurationError naming ``flag`` and the path when the file is missing, cannot be
+    read, is not UTF-8 text, or its first line is empty or longer than :data:`MAX_KEY_LINE`;
+    the message never holds what the file holds.
+    """
+    where = f"{flag} {path}"
+    try:
+        with Path(path).open(encoding="utf-8-sig") as file:
+            line = file.readline(MAX_KEY_LINE + 1)
+    except FileNotFoundError:
+        raise ConfigurationError(f"{where}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigurationError(f"{where}: a folder, not a file") from None
+    except UnicodeDecodeError:
+        raise ConfigurationError(
+            f"{where}: not UTF-8 text; put the key on its first line"
+        ) from None
+    except OSError as exc:
+        raise ConfigurationError(f"{where}: cannot read it ({exc.strerror or exc})") from None
+    if len(line) > MAX_KEY_LINE:
+        raise ConfigurationError(
+            f"{where}: its first line is longer than {MAX_KEY_LINE} characters; put the key "
+            "alone on the first line"
+        )
+    key = line.strip()
+    if not key:
+        raise ConfigurationError(f"{where}: its first line is empty; put the key on it")
+    return key
 
 
 def map_chat_body(
@@ -244,10 +279,10 @@ def classify_status(endpoint: Endpoint, status: int, text: str, headers: Any) ->
     where = f"the endpoint {endpoint.base_url}"
     if status in (401, 403):
         fix = (
-            "no key was sent: pass --api-key or set OPENAI_API_KEY"
+            "no key was sent: set OPENAI_API_KEY or pass --api-key-file or --api-key"
             if endpoint.api_key is None
-            else "pass a valid key with --api-key or OPENAI_API_KEY (the key must belong to "
-            "this endpoint)"
+            else "pass a valid key with OPENAI_API_KEY, --api-key-file or --api-key (the key "
+            "must belong to this endpoint)"
         )
         return EndpointFailure(
             "unauthorized",

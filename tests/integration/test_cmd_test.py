@@ -445,6 +445,33 @@ def test_a_400_is_named_with_the_fix(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert report["summary"]["errors_by_category"] == {"bad_request": 3}
 
 
+# ---------------------------------------------------------------------------- --api-key-file
+
+
+def test_the_key_can_come_from_a_file(
+    endpoint: Endpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    key_file = tmp_path / "openai.key"
+    key_file.write_text(f"{KEY}\n")
+    data = _dataset(tmp_path, 1)
+    assert main(_test_args(endpoint, data, "--api-key-file", str(key_file))) == 0
+    captured = capsys.readouterr()
+    assert [r.headers["authorization"] for r in endpoint.standin.received] == [f"Bearer {KEY}"] * 2
+    assert KEY not in captured.out + captured.err
+    # A file that gives no key stops the command before anything starts, naming the flag.
+    key_file.write_text("\n")
+    assert main(_test_args(endpoint, data, "--api-key-file", str(key_file))) == 1
+    assert f"--api-key-file {key_file}: its first line is empty" in capsys.readouterr().err
+    missing = tmp_path / "missing.key"
+    assert main(_test_args(endpoint, data, "--api-key-file", str(missing))) == 1
+    assert f"--api-key-file {missing}: no such file" in capsys.readouterr().err
+    assert len(endpoint.standin.received) == 2
+    with pytest.raises(SystemExit) as exit_:
+        main(_test_args(endpoint, data, "--api-key", KEY, "--api-key-file", str(key_file)))
+    assert exit_.value.code == 2
+    assert "not allowed with argument --api-key" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------------------- interactive
 
 

@@ -1,11 +1,13 @@
 """The parts of ``rollout-sdk test`` that need no server: v1's datasets, the model names, the
-chat body sent to the endpoint, how the endpoint's failures are named, and the forwarder's check
-of the callback key."""
+chat body sent to the endpoint, how the endpoint's failures are named, ``--api-key-file``, and the
+forwarder's check of the callback key."""
 
 from __future__ import annotations
 
+import argparse
 import hmac
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,13 +16,16 @@ import httpx
 import pytest
 
 from rollout_sdk.errors import ConfigurationError, DatasetError
+from rollout_sdk.local.cli import build_parser
 from rollout_sdk.local.dataset import read_rows
 from rollout_sdk.local.forward import (
+    MAX_KEY_LINE,
     Endpoint,
     ForwardingTrainGate,
     classify_exception,
     classify_status,
     map_chat_body,
+    read_key_file,
     resolve_endpoint,
     resolve_model,
 )
@@ -261,6 +266,80 @@ async def test_a_chat_call_is_forwarded_with_the_key_in_the_header_only() -> Non
     for request in seen:
         assert request.headers["authorization"] == "Bearer sk-secret-key"
         assert b"sk-secret-key" not in request.content
+
+
+# ---------------------------------------------------------------------------- --api-key-file
+
+
+def test_the_key_file_gives_its_first_line_stripped(tmp_path: Path) -> None:
+    path = tmp_path / "key"
+    path.write_text("  sk-from-file  \nsecond line\n")
+    assert read_key_file(str(path)) == "sk-from-file"
+    path.write_bytes("\ufeffsk-bom\r\n".encode())
+    assert read_key_file(str(path)) == "sk-bom"
+    path.write_text("sk-no-newline")
+    assert read_key_file(str(path)) == "sk-no-newline"
+
+
+def test_a_bad_key_file_is_named_with_the_flag(tmp_path: Path) -> None:
+    def refusal(path: Path) -> str:
+        with pytest.raises(ConfigurationError) as refused:
+            read_key_file(str(path))
+        message = str(refused.value)
+        assert message.startswith(f"--api-key-file {path}: "), message
+        assert "sk-" not in message
+        return message
+
+    assert "no such file" in refusal(tmp_path / "missing")
+    assert "a folder" in refusal(tmp_path)
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    assert "first line is empty" in refusal(empty)
+    empty.write_text("   \nsk-on-the-second-line\n")
+    assert "first line is empty" in refusal(empty)
+    binary = tmp_path / "binary"
+    binary.write_bytes(b"sk-\xff\xfe\n")
+    assert "not UTF-8" in refusal(binary)
+    long = tmp_path / "long"
+    long.write_text("sk-" + "x" * MAX_KEY_LINE)
+    assert "longer than" in refusal(long)
+    assert "cannot read it" in refusal(long / "below-a-file")
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root reads any file")
+def test_an_unreadable_key_file_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "key"
+    path.write_text("sk-secret\n")
+    path.chmod(0)
+    try:
+        with pytest.raises(ConfigurationError, match=r"^--api-key-file .*: cannot read it"):
+            read_key_file(str(path))
+    finally:
+        path.chmod(0o600)
+
+
+def test_api_key_and_api_key_file_are_one_or_the_other(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(
+            ["test", "-m", "a:b", "-d", "d", "--api-key", "k", "--api-key-file", "f"]
+        )
+    assert exit_.value.code == 2
+    assert "--api-key-file: not allowed with argument --api-key" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["test", "demo", "serve", "register"])
+def test_the_help_of_api_key_says_it_shows_in_the_process_list(command: str) -> None:
+    sub = next(
+        action
+        for action in build_parser()._actions
+        if isinstance(action, argparse._SubParsersAction)
+    )
+    option = next(a for a in sub.choices[command]._actions if "--api-key" in a.option_strings)
+    assert option.help is not None and "process list" in option.help
+    if command == "test":
+        assert "--api-key-file" in option.help
 
 
 # ---------------------------------------------------------------------------- the callback key
