@@ -377,7 +377,9 @@ def _add_test_parser(sub: Any) -> None:
         "--base-url",
         metavar="URL",
         help="base URL of an OpenAI-compatible API, e.g. http://localhost:8000/v1 "
-        "(default https://api.openai.com/v1)",
+        "(default https://api.openai.com/v1); user:password@ in it is sent as HTTP Basic auth "
+        "instead of a key (not with --api-key or --api-key-file; OPENAI_API_KEY is then not "
+        "used), and shown as ***, as are its query values",
     )
     test.add_argument(
         "--max-turns", type=int, default=10, metavar="N", help="turn budget per row (default 10)"

@@ -540,7 +540,7 @@ def execute(
                 if not quiet:
                     print(
                         f"rollout-sdk test: {len(rows)} rows of {agent_loop.name!r} on "
-                        f"{endpoint.model} at {endpoint.base_url}, {concurrency} at a time",
+                        f"{endpoint.model} at {endpoint.shown()}, {concurrency} at a time",
                         file=sys.stderr,
                     )
                 progress = RowProgress(len(rows), quiet=quiet)

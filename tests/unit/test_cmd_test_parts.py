@@ -1,6 +1,6 @@
 """The parts of ``rollout-sdk test`` that need no server: v1's datasets, the model names, the
-chat body sent to the endpoint, how the endpoint's failures are named, ``--api-key-file``, and the
-forwarder's check of the callback key."""
+chat body sent to the endpoint, how the endpoint's failures are named, the endpoint's credentials
+(never shown), ``--api-key-file``, and the forwarder's check of the callback key."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from rollout_sdk.local.dataset import read_rows
 from rollout_sdk.local.forward import (
     MAX_KEY_LINE,
     Endpoint,
+    EndpointFailure,
     ForwardingTrainGate,
     classify_exception,
     classify_status,
@@ -266,6 +267,97 @@ async def test_a_chat_call_is_forwarded_with_the_key_in_the_header_only() -> Non
     for request in seen:
         assert request.headers["authorization"] == "Bearer sk-secret-key"
         assert b"sk-secret-key" not in request.content
+
+
+# ---------------------------------------------------------------------------- credentials
+
+CREDENTIALED = "http://user:SECRET@127.0.0.1:8000/v1?api-key=QSECRET&api-version=2024-06-01"
+BASIC = "dXNlcjpTRUNSRVQ="  # base64 of user:SECRET
+
+
+def _credentialed(**more: Any) -> Endpoint:
+    return resolve_endpoint(model="m", base_url=CREDENTIALED, api_key=None, environ={}, **more)
+
+
+def test_user_info_leaves_the_url_and_is_sent_as_basic_auth() -> None:
+    endpoint = resolve_endpoint(
+        model="m", base_url=CREDENTIALED, api_key=None, environ={"OPENAI_API_KEY": "sk-env"}
+    )
+    assert endpoint.base_url == "http://127.0.0.1:8000/v1?api-key=QSECRET&api-version=2024-06-01"
+    # The path goes before the query; the credentials are the URL's, not OPENAI_API_KEY.
+    assert endpoint.chat_url == (
+        "http://127.0.0.1:8000/v1/chat/completions?api-key=QSECRET&api-version=2024-06-01"
+    )
+    assert endpoint.api_key is None and endpoint.authorization == f"Basic {BASIC}".encode()
+    shown = "http://***@127.0.0.1:8000/v1?api-key=***&api-version=2024-06-01"
+    assert endpoint.shown() == shown
+    assert endpoint.shown("/models").startswith("http://***@127.0.0.1:8000/v1/models?api-key=***")
+    for text in (repr(endpoint), str(endpoint)):
+        assert "SECRET" not in text and BASIC not in text and shown in text
+    # The endpoint's echo, or an HTTP stack's message holding the URL, loses them too.
+    said = f"bad key Basic {BASIC} for {endpoint.chat_url} (user:SECRET, SECRET, QSECRET)"
+    assert "SECRET" not in endpoint.redact(said) and BASIC not in endpoint.redact(said)
+
+
+def test_user_info_and_a_key_are_refused_together() -> None:
+    with pytest.raises(ConfigurationError, match="--api-key or --api-key-file") as refused:
+        resolve_endpoint(model="m", base_url=CREDENTIALED, api_key="sk-given", environ={})
+    assert "SECRET" not in str(refused.value) and "sk-given" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "url", ["ftp://user:SECRET@host/v1", "user:SECRET@host/v1", "http://user:SECRET@host:port/v1"]
+)
+def test_a_bad_base_url_is_refused_without_its_credentials(url: str) -> None:
+    with pytest.raises(ConfigurationError, match="not an http") as refused:
+        resolve_endpoint(model="m", base_url=url, api_key=None, environ={})
+    assert "SECRET" not in str(refused.value) and "***@host" in str(refused.value)
+
+
+def test_every_failure_names_the_endpoint_without_its_credentials() -> None:
+    endpoint = _credentialed(timeout=5.0)
+    echo = _error(f"Incorrect API key provided: Basic {BASIC}")
+    failures = [classify_status(endpoint, status, echo, {}) for status in (401, 404, 429, 400, 500)]
+    failures += [classify_status(endpoint, 418, "SECRET", {})]
+    embedded = f"Cannot connect to {endpoint.chat_url} as user:SECRET"
+    for exc in (httpx.ConnectError(embedded), httpx.ReadTimeout(embedded), ValueError(embedded)):
+        failures.append(classify_exception(endpoint, exc))
+    for failure in failures:
+        assert "http://***@127.0.0.1:8000/v1" in failure.message, failure.message
+        assert "SECRET" not in failure.message and BASIC not in failure.message, failure.message
+
+
+async def test_the_url_sent_has_no_user_info_and_basic_auth_is_its_header() -> None:
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"choices": [{"message": {"role": "assistant"}}]})
+
+    traingate = ForwardingTrainGate(
+        _credentialed(), callback_key="cb", transport=httpx.MockTransport(answer)
+    )
+    got = await traingate.forward(KIT_BODY, TOOLS, {})
+    assert isinstance(got, dict)
+    (request,) = seen
+    assert request.url.userinfo == b"" and request.url.path == "/v1/chat/completions"
+    assert request.url.params["api-key"] == "QSECRET"
+    assert request.headers["authorization"] == f"Basic {BASIC}"
+
+
+async def test_an_unexpected_error_of_the_http_stack_is_a_failure_without_the_url() -> None:
+    endpoint = _credentialed()
+
+    def explode(request: httpx.Request) -> httpx.Response:
+        raise ValueError(f"cannot send to {request.url} for user:SECRET")
+
+    traingate = ForwardingTrainGate(
+        endpoint, callback_key="cb", transport=httpx.MockTransport(explode)
+    )
+    failure = await traingate.forward(KIT_BODY, TOOLS, {})
+    assert isinstance(failure, EndpointFailure) and failure.kind == "endpoint_error"
+    assert failure.systemic and "ValueError" in failure.message
+    assert "SECRET" not in failure.message
 
 
 # ---------------------------------------------------------------------------- --api-key-file
