@@ -374,14 +374,25 @@ def _add_test_parser(sub: Any) -> None:
     test.add_argument(
         "--offset", type=int, default=0, metavar="N", help="skip the first N rows (default 0)"
     )
-    test.add_argument(
-        "--api-key", metavar="KEY", help="the endpoint's API key (default: OPENAI_API_KEY)"
+    key = test.add_mutually_exclusive_group()
+    key.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="the endpoint's API key (default: OPENAI_API_KEY). A key on the command line is "
+        "visible to other users in the process list: prefer OPENAI_API_KEY or --api-key-file",
+    )
+    key.add_argument(
+        "--api-key-file",
+        metavar="PATH",
+        help="read the endpoint's API key from the first line of PATH (not with --api-key)",
     )
     test.add_argument(
         "--base-url",
         metavar="URL",
         help="base URL of an OpenAI-compatible API, e.g. http://localhost:8000/v1 "
-        "(default https://api.openai.com/v1)",
+        "(default https://api.openai.com/v1); user:password@ in it is sent as HTTP Basic auth "
+        "instead of a key (not with --api-key or --api-key-file; OPENAI_API_KEY is then not "
+        "used), and shown as ***, as are its query values",
     )
     test.add_argument(
         "--max-turns", type=int, default=10, metavar="N", help="turn budget per row (default 10)"
@@ -619,9 +630,15 @@ def build_parser() -> argparse.ArgumentParser:
     register.add_argument(
         "--api-key",
         metavar="KEY",
-        help="the server key (or ROLLOUT_SDK_SERVER_KEY); TrainGate will send it back",
+        help="the server key (or ROLLOUT_SDK_SERVER_KEY); TrainGate will send it back. A key "
+        "on the command line is visible to other users in the process list: prefer "
+        "ROLLOUT_SDK_SERVER_KEY",
     )
-    register.add_argument("--token", help="your platform access token (or OSMOSIS_PLATFORM_TOKEN)")
+    register.add_argument(
+        "--token",
+        help="your platform access token (or OSMOSIS_PLATFORM_TOKEN, which keeps it out of the "
+        "process list)",
+    )
     register.add_argument(
         "--workspace", help="workspace id sent as X-Osmosis-Org (or OSMOSIS_WORKSPACE_ID)"
     )
@@ -712,7 +729,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--api-key",
         metavar="KEY",
-        help="with --base-url: the endpoint's API key (default: OPENAI_API_KEY)",
+        help="with --base-url: the endpoint's API key (default: OPENAI_API_KEY). A key on the "
+        "command line is visible to other users in the process list: prefer OPENAI_API_KEY",
     )
     demo.set_defaults(func=_cmd_demo)
     _add_test_parser(sub)

@@ -525,6 +525,6 @@ def _run_on_endpoint(args: argparse.Namespace) -> int:
         debug=False,
         title=(
             f"rollout-sdk demo: {len(rows)} rollouts of {agent_loop.name!r} on "
-            f"{endpoint.model} at {endpoint.base_url} ({args.dataset} x {args.repeat})"
+            f"{endpoint.model} at {endpoint.shown()} ({args.dataset} x {args.repeat})"
         ),
     )

@@ -19,7 +19,9 @@ kit's chat body into an OpenAI one and sends it to ``{base_url}/chat/completions
 
 The answer goes back to the kit as the endpoint gave it (tool calls included). The key is sent
 in the ``Authorization`` header only, and removed from any text of the endpoint's that is kept
-or shown. Failures are named with their fix (:class:`EndpointFailure`); one that every row would
+or shown. User info in ``--base-url`` (``user:password@``) is taken out of the URL and sent as
+HTTP Basic credentials instead of a key; the URL is shown with it, and with its query values
+(but ``api-version``), as ``***`` (:func:`rollout_sdk.hosts.redact_url`). Failures are named with their fix (:class:`EndpointFailure`); one that every row would
 hit (a refused key, an unknown model, an unreachable endpoint, no quota) trips the forwarder:
 later chat calls fail at once with the same failure, and the runner starts no more rows.
 
@@ -29,20 +31,32 @@ later chat calls fail at once with the same failure, and the runner starts no mo
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hmac
 import json
 import logging
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from rollout_sdk.errors import ConfigurationError
+from rollout_sdk.hosts import (
+    REDACTED,
+    redact_text,
+    redact_url,
+    split_credentials,
+    url_secrets,
+    user_info_secrets,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -60,6 +74,8 @@ DROPPED = frozenset({"rollout_id", "logprobs", "top_logprobs", "model"})
 TOOLS_WAIT_SECONDS = 30.0
 #: The status the kit's client sees for a failure no retry can mend (final, not 408 or 429).
 FINAL_STATUS = 424
+#: The longest first line ``--api-key-file`` reads (a key file holds one short line).
+MAX_KEY_LINE = 16 * 1024
 
 T = TypeVar("T")
 
@@ -107,27 +123,72 @@ def _resolve(future: asyncio.Future[T], value: T) -> None:
 # ---------------------------------------------------------------------------- the endpoint
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Endpoint:
-    """Where chat calls go: ``base_url`` (no trailing ``/``), the model name as sent, the key
-    (never shown: not in the repr) and the per-call timeout."""
+    """Where chat calls go: ``base_url`` (no trailing ``/``, no user info; a query is kept), the
+    model name as sent, the key, the per-call timeout, and the user info ``--base-url`` had
+    (``user:password`` as written), sent as HTTP Basic credentials when there is no key.
+
+    None of the credentials is ever shown: the repr and :meth:`shown` give the URL as
+    :func:`~rollout_sdk.hosts.redact_url` shows it, and :meth:`redact` cuts them from text.
+    """
 
     base_url: str
     model: str
-    api_key: str | None = field(default=None, repr=False)
+    api_key: str | None = None
     timeout: float = DEFAULT_TIMEOUT_SECONDS
+    user_info: str | None = None
+
+    def __repr__(self) -> str:
+        return f"Endpoint(base_url={self.shown()!r}, model={self.model!r}, timeout={self.timeout})"
+
+    def at(self, path: str) -> str:
+        """The URL of ``path`` under the base (before its query)."""
+        parts = urlsplit(self.base_url)
+        return urlunsplit(parts._replace(path=parts.path + path))
 
     @property
     def chat_url(self) -> str:
-        return f"{self.base_url}/chat/completions"
+        return self.at("/chat/completions")
+
+    def shown(self, path: str = "") -> str:
+        """The base URL (or that of ``path`` under it) as shown: user info as ``***@``, query
+        values as ``***``."""
+        url = redact_url(self.at(path))
+        if self.user_info is not None:
+            scheme, sep, rest = url.partition("://")
+            url = f"{scheme}{sep}{REDACTED}@{rest}"
+        return url
 
     @property
     def is_openai(self) -> bool:
         return urlsplit(self.base_url).hostname == "api.openai.com"
 
+    @property
+    def _basic(self) -> str | None:
+        """The user info as HTTP Basic credentials (percent-decoded, UTF-8), None without it."""
+        if self.user_info is None:
+            return None
+        user, _, password = self.user_info.partition(":")
+        return base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
+
+    @property
+    def authorization(self) -> bytes | None:
+        """The ``Authorization`` header: the key as a Bearer token, else the URL's user info as
+        HTTP Basic credentials, else None."""
+        if self.api_key:
+            return b"Bearer " + self.api_key.encode()
+        return None if self._basic is None else f"Basic {self._basic}".encode()
+
+    @cached_property
+    def _secrets(self) -> list[str]:
+        found = [self.api_key or "", self._basic or "", *url_secrets(self.base_url)]
+        return found + ([] if self.user_info is None else user_info_secrets(self.user_info))
+
     def redact(self, text: str) -> str:
-        """``text`` without the key (an endpoint may echo it in an error)."""
-        return text.replace(self.api_key, "***") if self.api_key else text
+        """``text`` without the key, the user info or the URL's query values (an endpoint may
+        echo the key in an error, an HTTP stack's message may hold the URL)."""
+        return redact_text(text, self._secrets)
 
 
 def resolve_model(model: str, *, base_url: str | None) -> str:
@@ -164,22 +225,67 @@ def resolve_endpoint(
     """The endpoint of a run: ``base_url`` or OpenAI's, the key from ``api_key`` or
     ``OPENAI_API_KEY``. Raises ConfigurationError (a bad URL, no key for OpenAI itself)."""
     name = resolve_model(model, base_url=base_url)
-    url = (base_url or OPENAI_BASE_URL).strip().rstrip("/")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    given = (base_url or OPENAI_BASE_URL).strip()
+    url, user_info = split_credentials(given)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - urlsplit checks the port only when it is read
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigurationError(
-            f"--base-url {base_url!r} is not an http(s) URL; give the API's base, e.g. "
+            f"--base-url {redact_url(given)!r} is not an http(s) URL; give the API's base, e.g. "
             "http://localhost:8000/v1 (vLLM), http://localhost:11434/v1 (Ollama)"
         )
-    key = api_key or environ.get("OPENAI_API_KEY") or None
+    url = urlunsplit(parts._replace(path=parts.path.rstrip("/"), fragment=""))
+    if user_info is not None and api_key:
+        raise ConfigurationError(
+            "--base-url holds credentials (the user info before '@', sent as HTTP Basic auth) "
+            "and an API key is given too (--api-key or --api-key-file, sent as a Bearer token): "
+            "a request has one Authorization header. Pass one of them"
+        )
+    # Credentials in the URL are the ones meant for it: OPENAI_API_KEY is not sent along.
+    key = api_key or (None if user_info is not None else environ.get("OPENAI_API_KEY")) or None
     if key is None and base_url is None:
         raise ConfigurationError(
-            "no API key for OpenAI: set OPENAI_API_KEY or pass --api-key (an endpoint of your "
-            "own that needs none: pass --base-url)"
+            "no API key for OpenAI: set OPENAI_API_KEY or pass --api-key-file or --api-key (an "
+            "endpoint of your own that needs none: pass --base-url)"
         )
     if not timeout > 0:
         raise ConfigurationError("--timeout must be positive")
-    return Endpoint(base_url=url, model=name, api_key=key, timeout=timeout)
+    return Endpoint(base_url=url, model=name, api_key=key, timeout=timeout, user_info=user_info)
+
+
+def read_key_file(path: str, *, flag: str = "--api-key-file") -> str:
+    """The key on the first line of the file ``path``, stripped (a UTF-8 BOM too).
+
+    Raises ConfigurationError naming ``flag`` and the path when the file is missing, cannot be
+    read, is not UTF-8 text, or its first line is empty or longer than :data:`MAX_KEY_LINE`;
+    the message never holds what the file holds.
+    """
+    where = f"{flag} {path}"
+    try:
+        with Path(path).open(encoding="utf-8-sig") as file:
+            line = file.readline(MAX_KEY_LINE + 1)
+    except FileNotFoundError:
+        raise ConfigurationError(f"{where}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigurationError(f"{where}: a folder, not a file") from None
+    except UnicodeDecodeError:
+        raise ConfigurationError(
+            f"{where}: not UTF-8 text; put the key on its first line"
+        ) from None
+    except OSError as exc:
+        raise ConfigurationError(f"{where}: cannot read it ({exc.strerror or exc})") from None
+    if len(line) > MAX_KEY_LINE:
+        raise ConfigurationError(
+            f"{where}: its first line is longer than {MAX_KEY_LINE} characters; put the key "
+            "alone on the first line"
+        )
+    key = line.strip()
+    if not key:
+        raise ConfigurationError(f"{where}: its first line is empty; put the key on it")
+    return key
 
 
 def map_chat_body(
@@ -240,14 +346,20 @@ def _detail(text: str) -> str:
 def classify_status(endpoint: Endpoint, status: int, text: str, headers: Any) -> EndpointFailure:
     """The failure an error answer of the endpoint means."""
     detail = endpoint.redact(_detail(text))
-    where = f"the endpoint {endpoint.base_url}"
+    where = f"the endpoint {endpoint.shown()}"
     if status in (401, 403):
-        fix = (
-            "no key was sent: pass --api-key or set OPENAI_API_KEY"
-            if endpoint.api_key is None
-            else "pass a valid key with --api-key or OPENAI_API_KEY (the key must belong to "
-            "this endpoint)"
-        )
+        if endpoint.authorization is None:
+            fix = "no key was sent: set OPENAI_API_KEY or pass --api-key-file or --api-key"
+        elif endpoint.api_key is None:
+            fix = (
+                "the user info of --base-url was sent as HTTP Basic auth; if the endpoint wants "
+                "a key, remove user:password@ and set OPENAI_API_KEY or pass --api-key-file"
+            )
+        else:
+            fix = (
+                "pass a valid key with OPENAI_API_KEY, --api-key-file or --api-key (the key "
+                "must belong to this endpoint)"
+            )
         return EndpointFailure(
             "unauthorized",
             f"{where} refused the API key (HTTP {status}): {detail}. Fix: {fix}",
@@ -258,7 +370,7 @@ def classify_status(endpoint: Endpoint, status: int, text: str, headers: Any) ->
         return EndpointFailure(
             "model_not_found",
             f"{where} answered HTTP 404 for model {endpoint.model!r}: {detail}. Fix: pass "
-            f"--model with a model it serves (GET {endpoint.base_url}/models lists them), and "
+            f"--model with a model it serves (GET {endpoint.shown('/models')} lists them), and "
             "check that --base-url ends with the API's path (e.g. http://localhost:8000/v1)",
             status,
             systemic=True,
@@ -298,19 +410,27 @@ def classify_status(endpoint: Endpoint, status: int, text: str, headers: Any) ->
 
 
 def classify_exception(endpoint: Endpoint, exc: Exception) -> EndpointFailure:
-    """The failure an exception of the HTTP stack means (a timeout, no connection)."""
+    """The failure an exception of the HTTP stack means (a timeout, no connection, or another
+    error of the stack: a bad URL), its message without the endpoint's credentials."""
     import httpx
 
+    if not isinstance(exc, httpx.HTTPError):
+        return EndpointFailure(
+            "endpoint_error",
+            f"the call to the endpoint {endpoint.shown()} failed: {type(exc).__name__}: "
+            f"{endpoint.redact(str(exc))}. Fix: check --base-url",
+            systemic=True,
+        )
     if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
         return EndpointFailure(
             "timeout",
-            f"the endpoint {endpoint.base_url} did not answer within {endpoint.timeout:g} s. "
+            f"the endpoint {endpoint.shown()} did not answer within {endpoint.timeout:g} s. "
             "Fix: raise --timeout, lower --max-tokens, or check that the server is not "
             "overloaded",
         )
     return EndpointFailure(
         "unreachable",
-        f"cannot reach the endpoint {endpoint.base_url}: {endpoint.redact(str(exc))}. Fix: "
+        f"cannot reach the endpoint {endpoint.shown()}: {endpoint.redact(str(exc))}. Fix: "
         "check --base-url and that the server is running and reachable from here",
         systemic=True,
     )
@@ -322,7 +442,7 @@ ABORTED = EndpointFailure("aborted", "aborted by the user (interactive mode)")
 def _bad_answer(endpoint: Endpoint, why: str) -> EndpointFailure:
     return EndpointFailure(
         "bad_answer",
-        f"the endpoint {endpoint.base_url} answered 200 with {why}, not a chat completion. "
+        f"the endpoint {endpoint.shown()} answered 200 with {why}, not a chat completion. "
         "Fix: check that --base-url is the base of an OpenAI-compatible API (it ends in /v1 "
         "for vLLM, SGLang, Ollama and LiteLLM)",
     )
@@ -370,6 +490,7 @@ class ForwardingTrainGate:
     ) -> None:
         self.endpoint = endpoint
         self.callback_key = callback_key
+        self._expected = f"Bearer {callback_key}".encode()
         self.interactor = interactor
         self.token_field = "max_completion_tokens" if endpoint.is_openai else "max_tokens"
         self.forwarded = 0
@@ -423,8 +544,8 @@ class ForwardingTrainGate:
         import httpx
 
         headers = [(b"Content-Type", b"application/json"), (b"Accept", b"application/json")]
-        if self.endpoint.api_key:
-            headers.append((b"Authorization", b"Bearer " + self.endpoint.api_key.encode()))
+        if self.endpoint.authorization is not None:
+            headers.append((b"Authorization", self.endpoint.authorization))
         timeout = self.endpoint.timeout
         request = httpx.Request(
             "POST",
@@ -463,6 +584,8 @@ class ForwardingTrainGate:
             except (httpx.HTTPError, TimeoutError) as exc:
                 if isinstance(exc, TimeoutError):
                     exc = httpx.ReadTimeout(str(exc) or "no answer")
+                return classify_exception(self.endpoint, exc)
+            except Exception as exc:  # the HTTP stack's other errors: said (redacted), no traceback
                 return classify_exception(self.endpoint, exc)
             self.forwarded += 1
             if answer.status_code == 200:
@@ -503,7 +626,10 @@ class ForwardingTrainGate:
     # ------------------------------------------------------------------ app
 
     def _authorised(self, request: Request) -> bool:
-        return request.headers.get("authorization") == f"Bearer {self.callback_key}"
+        # The header's bytes as sent (Starlette decodes them as latin-1), compared in constant
+        # time; a missing header is an empty one.
+        presented = request.headers.get("authorization", "").encode("latin-1")
+        return hmac.compare_digest(presented, self._expected)
 
     def _build(self) -> FastAPI:
         @asynccontextmanager

@@ -540,7 +540,7 @@ def execute(
                 if not quiet:
                     print(
                         f"rollout-sdk test: {len(rows)} rows of {agent_loop.name!r} on "
-                        f"{endpoint.model} at {endpoint.base_url}, {concurrency} at a time",
+                        f"{endpoint.model} at {endpoint.shown()}, {concurrency} at a time",
                         file=sys.stderr,
                     )
                 progress = RowProgress(len(rows), quiet=quiet)
@@ -647,7 +647,7 @@ def run_test(args: argparse.Namespace) -> int:
     from rollout_sdk.agent.validation import format_report, validate_agent_loop
     from rollout_sdk.errors import ConfigurationError, DatasetError
     from rollout_sdk.local.dataset import read_rows
-    from rollout_sdk.local.forward import resolve_endpoint
+    from rollout_sdk.local.forward import read_key_file, resolve_endpoint
 
     if (args.module is None) == (args.mcp is None):
         return _error("give the agent with -m/--module MODULE:ATTR or --mcp DIR (one of them)", 2)
@@ -660,10 +660,13 @@ def run_test(args: argparse.Namespace) -> int:
     if args.offset < 0:
         return _error("--offset must be 0 or more", 2)
     try:
+        api_key = args.api_key
+        if args.api_key_file is not None:
+            api_key = read_key_file(args.api_key_file)
         endpoint = resolve_endpoint(
             model=args.model,
             base_url=args.base_url,
-            api_key=args.api_key,
+            api_key=api_key,
             environ=dict(os.environ),
             timeout=args.timeout,
         )

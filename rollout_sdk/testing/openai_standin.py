@@ -30,11 +30,12 @@ from rollout_sdk.testing.standin import ScriptedModel
 
 @dataclass(frozen=True)
 class Received:
-    """One request as it arrived."""
+    """One request as it arrived (``query``: its URL's query string, as sent)."""
 
     headers: dict[str, str]
     body: dict[str, Any]
     raw: bytes
+    query: str = ""
 
 
 @dataclass
@@ -120,7 +121,7 @@ class OpenAIStandIn:
             except ValueError:
                 return _error(400, "We could not parse the JSON body of your request.")
             with self._arrived:
-                self.received.append(Received(dict(request.headers), body, raw))
+                self.received.append(Received(dict(request.headers), body, raw, request.url.query))
                 self._arrived.notify_all()
             if self.gate is not None:
                 await asyncio.to_thread(self.gate.wait, 60)

@@ -3,6 +3,7 @@ stand-in served by uvicorn on 127.0.0.1: never a real endpoint."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import subprocess
@@ -443,6 +444,160 @@ def test_a_400_is_named_with_the_fix(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "refused the request (HTTP 400): Unsupported parameter: 'temperature'" in text
     assert "--temperature" in report["results"][0]["error"]
     assert report["summary"]["errors_by_category"] == {"bad_request": 3}
+
+
+# ---------------------------------------------------------------------------- the endpoint's secrets
+
+SECRET = "pw-0123456789SECRET"
+BASIC = base64.b64encode(f"user:{SECRET}".encode()).decode()
+
+
+def _with_user_info(url: str) -> str:
+    """``url`` (http://127.0.0.1:PORT/v1) with ``user:SECRET@`` in it."""
+    return url.replace("http://", f"http://user:{SECRET}@", 1)
+
+
+def _never_shown(*texts: str, secrets: tuple[str, ...] = (SECRET, BASIC)) -> None:
+    for text in texts:
+        for secret in secrets:
+            assert secret not in text, text
+
+
+def _run_on(
+    capsys: pytest.CaptureFixture[str], url: str, tmp_path: Path, *more: str, rows: int = 3
+) -> tuple[int, str, str, str]:
+    """``rollout-sdk test`` at ``url``: the exit status, stdout, stderr and the -o file."""
+    out = tmp_path / "out.json"
+    argv = ["test", "-m", AGENT, "-d", str(_dataset(tmp_path, rows)), "--base-url", url]
+    code = main([*argv, "-o", str(out), *more])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err
+    return code, captured.out, captured.err, out.read_text()
+
+
+def test_user_info_in_the_base_url_is_sent_as_basic_auth_and_never_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)  # not sent: the URL's credentials are meant
+    standin = OpenAIStandIn()
+    with ServerThread(standin.app) as server:
+        code, out, err, written = _run_on(capsys, _with_user_info(f"{server.url}/v1"), tmp_path)
+    assert code == 0, out + err
+    host = server.url.removeprefix("http://")
+    assert f"at http://***@{host}/v1, 1 at a time" in err
+    assert {r.headers["authorization"] for r in standin.received} == {f"Basic {BASIC}"}
+    _never_shown(out, err, written, secrets=(SECRET, BASIC, KEY))
+
+
+def test_user_info_is_never_shown_when_the_endpoint_refuses_it(
+    endpoint: Endpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The stand-in wants a Bearer key: it refuses the Basic credentials, echoing them.
+    code, out, err, written = _run_on(capsys, _with_user_info(endpoint.base_url), tmp_path)
+    assert code == 1
+    assert "refused the API key (HTTP 401)" in out and "http://***@127.0.0.1" in out
+    assert "the user info of --base-url was sent as HTTP Basic auth" in out
+    assert json.loads(written)["summary"]["stop_reason"].startswith("the endpoint http://***@")
+    assert [r.headers["authorization"] for r in endpoint.standin.received] == [f"Basic {BASIC}"]
+    _never_shown(out, err, written)
+
+
+def test_credentials_are_never_shown_when_the_endpoint_is_unreachable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = _with_user_info(f"http://127.0.0.1:{free_port()}/v1?api-key=Q{SECRET}")
+    code, out, err, written = _run_on(capsys, url, tmp_path)
+    assert code == 1
+    assert "cannot reach the endpoint http://***@127.0.0.1:" in out
+    assert "/v1?api-key=***" in out and "/v1?api-key=***" in err
+    _never_shown(out, err, written)
+
+
+def test_credentials_are_refused_with_a_key_and_in_a_bad_url(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = str(_dataset(tmp_path))
+    url = _with_user_info("http://127.0.0.1:9/v1")
+    assert main(["test", "-m", AGENT, "-d", data, "--base-url", url, "--api-key", KEY]) == 1
+    err = capsys.readouterr().err
+    assert "one Authorization header" in err
+    bad = f"user:{SECRET}@127.0.0.1:9/v1"  # no scheme
+    assert main(["test", "-m", AGENT, "-d", data, "--base-url", bad]) == 1
+    err += capsys.readouterr().err
+    assert "is not an http(s) URL" in err
+    _never_shown(err, secrets=(SECRET, KEY))
+
+
+def test_a_key_in_the_query_string_is_sent_and_never_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    standin = OpenAIStandIn(refuse=STRICT)
+    query = f"api-key={SECRET}&api-version=2024-06-01"
+    with ServerThread(standin.app) as server:
+        code, out, err, written = _run_on(capsys, f"{server.url}/v1?{query}", tmp_path, rows=1)
+    assert code == 0, out + err
+    assert "/v1?api-key=***&api-version=2024-06-01, 1 at a time" in err
+    assert [r.query for r in standin.received] == [query, query]  # after the path, as given
+    _never_shown(out, err, written)
+
+
+def test_debug_logs_never_show_the_url_s_credentials(tmp_path: Path) -> None:
+    standin = OpenAIStandIn(refuse=STRICT)
+    standin.inject(EndpointFault(500, count=1, message=f"Basic {BASIC} failed"))
+    with ServerThread(standin.app) as server:
+        result = subprocess.run(
+            [
+                CLI,
+                *_test_args(Endpoint(standin, _with_user_info(server.url)), _dataset(tmp_path, 1)),
+                "--debug",
+            ],
+            cwd=tmp_path,
+            env=_env(PYTHONPATH=str(REPO_ROOT)),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert result.returncode == 0, result.stderr  # the 500 was retried
+    assert "DEBUG" in result.stderr and "http://***@127.0.0.1" in result.stderr
+    _never_shown(result.stdout, result.stderr)
+
+
+def test_demo_never_shows_the_url_s_credentials(capsys: pytest.CaptureFixture[str]) -> None:
+    standin = OpenAIStandIn(refuse=STRICT)
+    with ServerThread(standin.app) as server:
+        code = main(["demo", "--base-url", _with_user_info(f"{server.url}/v1")])
+    captured = capsys.readouterr()
+    assert code == 0, captured
+    assert " at http://***@127.0.0.1:" in captured.out
+    _never_shown(captured.out, captured.err)
+
+
+# ---------------------------------------------------------------------------- --api-key-file
+
+
+def test_the_key_can_come_from_a_file(
+    endpoint: Endpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    key_file = tmp_path / "openai.key"
+    key_file.write_text(f"{KEY}\n")
+    data = _dataset(tmp_path, 1)
+    assert main(_test_args(endpoint, data, "--api-key-file", str(key_file))) == 0
+    captured = capsys.readouterr()
+    assert [r.headers["authorization"] for r in endpoint.standin.received] == [f"Bearer {KEY}"] * 2
+    _never_shown(captured.out, captured.err, secrets=(KEY,))
+    # A file that gives no key stops the command before anything starts, naming the flag.
+    key_file.write_text("\n")
+    assert main(_test_args(endpoint, data, "--api-key-file", str(key_file))) == 1
+    assert f"--api-key-file {key_file}: its first line is empty" in capsys.readouterr().err
+    missing = tmp_path / "missing.key"
+    assert main(_test_args(endpoint, data, "--api-key-file", str(missing))) == 1
+    assert f"--api-key-file {missing}: no such file" in capsys.readouterr().err
+    assert len(endpoint.standin.received) == 2
+    with pytest.raises(SystemExit) as exit_:
+        main(_test_args(endpoint, data, "--api-key", KEY, "--api-key-file", str(key_file)))
+    assert exit_.value.code == 2
+    assert "not allowed with argument --api-key" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------- interactive

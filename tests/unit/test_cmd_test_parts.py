@@ -1,9 +1,13 @@
 """The parts of ``rollout-sdk test`` that need no server: v1's datasets, the model names, the
-chat body sent to the endpoint, and how the endpoint's failures are named."""
+chat body sent to the endpoint, how the endpoint's failures are named, the endpoint's credentials
+(never shown), ``--api-key-file``, and the forwarder's check of the callback key."""
 
 from __future__ import annotations
 
+import argparse
+import hmac
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,13 +16,17 @@ import httpx
 import pytest
 
 from rollout_sdk.errors import ConfigurationError, DatasetError
+from rollout_sdk.local.cli import build_parser
 from rollout_sdk.local.dataset import read_rows
 from rollout_sdk.local.forward import (
+    MAX_KEY_LINE,
     Endpoint,
+    EndpointFailure,
     ForwardingTrainGate,
     classify_exception,
     classify_status,
     map_chat_body,
+    read_key_file,
     resolve_endpoint,
     resolve_model,
 )
@@ -259,3 +267,203 @@ async def test_a_chat_call_is_forwarded_with_the_key_in_the_header_only() -> Non
     for request in seen:
         assert request.headers["authorization"] == "Bearer sk-secret-key"
         assert b"sk-secret-key" not in request.content
+
+
+# ---------------------------------------------------------------------------- credentials
+
+CREDENTIALED = "http://user:SECRET@127.0.0.1:8000/v1?api-key=QSECRET&api-version=2024-06-01"
+BASIC = "dXNlcjpTRUNSRVQ="  # base64 of user:SECRET
+
+
+def _credentialed(**more: Any) -> Endpoint:
+    return resolve_endpoint(model="m", base_url=CREDENTIALED, api_key=None, environ={}, **more)
+
+
+def test_user_info_leaves_the_url_and_is_sent_as_basic_auth() -> None:
+    endpoint = resolve_endpoint(
+        model="m", base_url=CREDENTIALED, api_key=None, environ={"OPENAI_API_KEY": "sk-env"}
+    )
+    assert endpoint.base_url == "http://127.0.0.1:8000/v1?api-key=QSECRET&api-version=2024-06-01"
+    # The path goes before the query; the credentials are the URL's, not OPENAI_API_KEY.
+    assert endpoint.chat_url == (
+        "http://127.0.0.1:8000/v1/chat/completions?api-key=QSECRET&api-version=2024-06-01"
+    )
+    assert endpoint.api_key is None and endpoint.authorization == f"Basic {BASIC}".encode()
+    shown = "http://***@127.0.0.1:8000/v1?api-key=***&api-version=2024-06-01"
+    assert endpoint.shown() == shown
+    assert endpoint.shown("/models").startswith("http://***@127.0.0.1:8000/v1/models?api-key=***")
+    for text in (repr(endpoint), str(endpoint)):
+        assert "SECRET" not in text and BASIC not in text and shown in text
+    # The endpoint's echo, or an HTTP stack's message holding the URL, loses them too.
+    said = f"bad key Basic {BASIC} for {endpoint.chat_url} (user:SECRET, SECRET, QSECRET)"
+    assert "SECRET" not in endpoint.redact(said) and BASIC not in endpoint.redact(said)
+
+
+def test_user_info_and_a_key_are_refused_together() -> None:
+    with pytest.raises(ConfigurationError, match="--api-key or --api-key-file") as refused:
+        resolve_endpoint(model="m", base_url=CREDENTIALED, api_key="sk-given", environ={})
+    assert "SECRET" not in str(refused.value) and "sk-given" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "url", ["ftp://user:SECRET@host/v1", "user:SECRET@host/v1", "http://user:SECRET@host:port/v1"]
+)
+def test_a_bad_base_url_is_refused_without_its_credentials(url: str) -> None:
+    with pytest.raises(ConfigurationError, match="not an http") as refused:
+        resolve_endpoint(model="m", base_url=url, api_key=None, environ={})
+    assert "SECRET" not in str(refused.value) and "***@host" in str(refused.value)
+
+
+def test_every_failure_names_the_endpoint_without_its_credentials() -> None:
+    endpoint = _credentialed(timeout=5.0)
+    echo = _error(f"Incorrect API key provided: Basic {BASIC}")
+    failures = [classify_status(endpoint, status, echo, {}) for status in (401, 404, 429, 400, 500)]
+    failures += [classify_status(endpoint, 418, "SECRET", {})]
+    embedded = f"Cannot connect to {endpoint.chat_url} as user:SECRET"
+    for exc in (httpx.ConnectError(embedded), httpx.ReadTimeout(embedded), ValueError(embedded)):
+        failures.append(classify_exception(endpoint, exc))
+    for failure in failures:
+        assert "http://***@127.0.0.1:8000/v1" in failure.message, failure.message
+        assert "SECRET" not in failure.message and BASIC not in failure.message, failure.message
+
+
+async def test_the_url_sent_has_no_user_info_and_basic_auth_is_its_header() -> None:
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"choices": [{"message": {"role": "assistant"}}]})
+
+    traingate = ForwardingTrainGate(
+        _credentialed(), callback_key="cb", transport=httpx.MockTransport(answer)
+    )
+    got = await traingate.forward(KIT_BODY, TOOLS, {})
+    assert isinstance(got, dict)
+    (request,) = seen
+    assert request.url.userinfo == b"" and request.url.path == "/v1/chat/completions"
+    assert request.url.params["api-key"] == "QSECRET"
+    assert request.headers["authorization"] == f"Basic {BASIC}"
+
+
+async def test_an_unexpected_error_of_the_http_stack_is_a_failure_without_the_url() -> None:
+    endpoint = _credentialed()
+
+    def explode(request: httpx.Request) -> httpx.Response:
+        raise ValueError(f"cannot send to {request.url} for user:SECRET")
+
+    traingate = ForwardingTrainGate(
+        endpoint, callback_key="cb", transport=httpx.MockTransport(explode)
+    )
+    failure = await traingate.forward(KIT_BODY, TOOLS, {})
+    assert isinstance(failure, EndpointFailure) and failure.kind == "endpoint_error"
+    assert failure.systemic and "ValueError" in failure.message
+    assert "SECRET" not in failure.message
+
+
+# ---------------------------------------------------------------------------- --api-key-file
+
+
+def test_the_key_file_gives_its_first_line_stripped(tmp_path: Path) -> None:
+    path = tmp_path / "key"
+    path.write_text("  sk-from-file  \nsecond line\n")
+    assert read_key_file(str(path)) == "sk-from-file"
+    path.write_bytes("\ufeffsk-bom\r\n".encode())
+    assert read_key_file(str(path)) == "sk-bom"
+    path.write_text("sk-no-newline")
+    assert read_key_file(str(path)) == "sk-no-newline"
+
+
+def test_a_bad_key_file_is_named_with_the_flag(tmp_path: Path) -> None:
+    def refusal(path: Path) -> str:
+        with pytest.raises(ConfigurationError) as refused:
+            read_key_file(str(path))
+        message = str(refused.value)
+        assert message.startswith(f"--api-key-file {path}: "), message
+        assert "sk-" not in message
+        return message
+
+    assert "no such file" in refusal(tmp_path / "missing")
+    assert "a folder" in refusal(tmp_path)
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    assert "first line is empty" in refusal(empty)
+    empty.write_text("   \nsk-on-the-second-line\n")
+    assert "first line is empty" in refusal(empty)
+    binary = tmp_path / "binary"
+    binary.write_bytes(b"sk-\xff\xfe\n")
+    assert "not UTF-8" in refusal(binary)
+    long = tmp_path / "long"
+    long.write_text("sk-" + "x" * MAX_KEY_LINE)
+    assert "longer than" in refusal(long)
+    assert "cannot read it" in refusal(long / "below-a-file")
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root reads any file")
+def test_an_unreadable_key_file_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "key"
+    path.write_text("sk-secret\n")
+    path.chmod(0)
+    try:
+        with pytest.raises(ConfigurationError, match=r"^--api-key-file .*: cannot read it"):
+            read_key_file(str(path))
+    finally:
+        path.chmod(0o600)
+
+
+def test_api_key_and_api_key_file_are_one_or_the_other(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(
+            ["test", "-m", "a:b", "-d", "d", "--api-key", "k", "--api-key-file", "f"]
+        )
+    assert exit_.value.code == 2
+    assert "--api-key-file: not allowed with argument --api-key" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["test", "demo", "serve", "register"])
+def test_the_help_of_api_key_says_it_shows_in_the_process_list(command: str) -> None:
+    sub = next(
+        action
+        for action in build_parser()._actions
+        if isinstance(action, argparse._SubParsersAction)
+    )
+    option = next(a for a in sub.choices[command]._actions if "--api-key" in a.option_strings)
+    assert option.help is not None and "process list" in option.help
+    if command == "test":
+        assert "--api-key-file" in option.help
+
+
+# ---------------------------------------------------------------------------- the callback key
+
+
+async def test_the_callback_key_is_compared_in_constant_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    compared: list[tuple[object, object]] = []
+    real = hmac.compare_digest
+
+    def spy(a: Any, b: Any) -> bool:
+        compared.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", spy)
+    traingate = ForwardingTrainGate(ENDPOINT, callback_key="cb-key")
+    traingate.expect("r-1", {})
+    transport = httpx.ASGITransport(app=traingate.app)
+    body = {"rollout_id": "r-1", "status": "COMPLETED"}
+    async with httpx.AsyncClient(transport=transport, base_url="http://traingate") as client:
+
+        async def completed(headers: dict[str, Any] | None) -> int:
+            answer = await client.post("/v1/rollout/completed", json=body, headers=headers)
+            return answer.status_code
+
+        assert await completed(None) == 401  # no header: refused, not an error
+        assert await completed({"Authorization": "Bearer cb-wrong"}) == 401
+        assert await completed({"Authorization": "Bearer cb-kéy".encode("latin-1")}) == 401
+        assert await completed({"Authorization": "Bearer cb-key"}) == 200
+    assert await traingate.result("r-1") == body
+    # Every check went through compare_digest, on bytes (str would refuse non-ASCII).
+    assert len(compared) == 4
+    assert all(isinstance(a, bytes) and b == b"Bearer cb-key" for a, b in compared)
+    assert compared[0][0] == b"" and compared[2][0] == "Bearer cb-kéy".encode("latin-1")
