@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from rollout_sdk.errors import RegisterError
+from rollout_sdk.hosts import redact_url
 from rollout_sdk.settings import DEFAULT_PLATFORM_URL
 
 REGISTER_PATH = "/api/cli/rollout-server/register"
@@ -46,11 +47,18 @@ class Target:
 def parse_target(url: str) -> Target:
     """Split an API URL into host and port; RegisterError for what the platform cannot take."""
     parts = urlsplit(url.strip())
+    shown = redact_url(url)
+    if "@" in parts.netloc:
+        # The platform registers a host and a port; a key in the URL would only be printed.
+        raise RegisterError(
+            f"--url {shown!r} has user info: register the bare API URL; the server key goes "
+            "in --api-key or ROLLOUT_SDK_SERVER_KEY"
+        )
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise RegisterError(f"--url must be an http(s) URL with a host, got {url!r}")
+        raise RegisterError(f"--url must be an http(s) URL with a host, got {shown!r}")
     if parts.path.strip("/"):
         raise RegisterError(
-            f"--url {url!r} has a path ({parts.path}); the platform registers a host and a port "
+            f"--url {shown!r} has a path ({parts.path}); the platform registers a host and a port "
             "only. Use the ApiUrl output of the stack (HTTP API, $default stage, no path) or a "
             "custom domain without a base path."
         )

@@ -99,6 +99,12 @@ def test_a_url_with_a_path_is_refused_with_the_reason() -> None:
         parse_target("https://abc.execute-api.us-east-1.amazonaws.com/prod")
 
 
+def test_a_url_with_user_info_is_refused_without_showing_it() -> None:
+    with pytest.raises(RegisterError, match="user info") as refused:
+        parse_target("https://admin:s3cret-key@abc.execute-api.us-east-1.amazonaws.com/")
+    assert "s3cret-key" not in str(refused.value)
+
+
 def test_cli_exit_codes(
     rollout_server: str, platform: tuple[Platform, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
