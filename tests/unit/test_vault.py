@@ -151,6 +151,16 @@ def test_the_cutoff_outlives_everything_that_can_hold_an_unbound_token() -> None
     assert UNBOUND_TOKENS_OPEN_UNTIL - (released + longest_record) < 30 * 86400  # rounded up only
 
 
+def test_the_key_policy_insists_on_the_purpose_the_vault_seals_under() -> None:
+    resources = load_template(ROOT / "template.yaml")["Resources"]
+    statements = resources["CallbackKeyKey"]["Properties"]["KeyPolicy"]["Statement"]
+    (deny,) = [s for s in statements if s["Effect"] == "Deny"]
+    assert deny["Condition"] == {
+        "StringNotEquals": {"kms:EncryptionContext:purpose": PURPOSE},
+    }
+    assert {"kms:Encrypt", "kms:Decrypt"} <= set(deny["Action"])
+
+
 # ---------------------------------------------------------------------- the engine's paths
 
 
