@@ -309,7 +309,7 @@ async def park(store: DynamoDBStore, vault: KeyVault, rollout_id: str, server_ur
         delivery_attempts=3,
         expires_at=expiry(now, TTL_SECONDS),
         now=now,
-        sealed_key=await vault.seal(CALLBACK_KEY),
+        sealed_key=await vault.seal(CALLBACK_KEY, rollout_id=rollout_id),
     )
     if not (created.created and claimed.applied and finished.applied and parked.applied):
         raise RuntimeError(f"could not park {rollout_id}: a move of the store did not apply")

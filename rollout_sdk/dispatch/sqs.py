@@ -9,7 +9,8 @@ Anyone the account allows to receive from the queue or its dead-letter queue rea
 bodies (SQS's own encryption at rest, SSE-SQS, decrypts for every such reader). So the callback
 key never travels in clear there: the body carries it sealed with the stack's KMS key, under the
 same encryption context as the keys of parked responses (:class:`~rollout_sdk.engine.vault.
-KmsVault`), and only the functions allowed ``kms:Decrypt`` on that key can open it.
+KmsVault`): its purpose and the rollout id, so it opens only for the body's own rollout. Only
+the functions allowed ``kms:Decrypt`` on that key can open it.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ class QueuedJob:
 
     async def open(self, vault: KeyVault | None) -> Job:
         """The job with its callback key in clear; StoreError when the sealed key cannot be
-        opened (KMS refused or failed, or no vault is configured)."""
+        opened (KMS refused or failed, it was sealed for another rollout than the job's, or no
+        vault is configured)."""
         if self.sealed_api_key is None:
             return self.job
         if vault is None:
@@ -68,7 +70,8 @@ class QueuedJob:
                 "the message's callback key is sealed, but CALLBACK_KEY_KMS_KEY_ID is not set "
                 "(template.yaml sets it)"
             )
-        return replace(self.job, api_key=await vault.open(self.sealed_api_key))
+        opened = await vault.open(self.sealed_api_key, rollout_id=self.job.rollout_id)
+        return replace(self.job, api_key=opened)
 
 
 def job_from_message(body: str | None) -> QueuedJob:
@@ -104,7 +107,7 @@ class SqsDispatcher(RemoteDispatcher):
         sealed = None
         if job.api_key is not None:
             try:
-                sealed = await self._vault.seal(job.api_key)
+                sealed = await self._vault.seal(job.api_key, rollout_id=job.rollout_id)
             except StoreError as exc:
                 raise DispatchError(
                     f"sealing the callback key for the rollout queue: {exc}"

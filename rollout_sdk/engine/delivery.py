@@ -149,7 +149,7 @@ class Delivery:
         """FINISHED, due for re-drive, the key sealed, alive until the re-drive gives up."""
         sealed_key = None
         if record.sealed_key is None and api_key is not None and self.vault is not None:
-            sealed_key = await self.vault.seal(api_key)
+            sealed_key = await self.vault.seal(api_key, rollout_id=record.rollout_id)
         ledger = cost.ledger(record)  # after sealing: its KMS request is the rollout's too
         return await self.store.park(
             record.rollout_id,

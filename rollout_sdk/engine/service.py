@@ -125,7 +125,8 @@ class RolloutService:
         )
         vault = self.engine.vault if self.engine is not None else None
         if self.seal_at_init and vault is not None and request.api_key is not None:
-            record = record.evolve(sealed_key=await vault.seal(request.api_key))
+            sealed = await vault.seal(request.api_key, rollout_id=record.rollout_id)
+            record = record.evolve(sealed_key=sealed)
         with self.telemetry.span(Span.CLAIM, rollout_id=record.rollout_id):
             created = await self.store.create(
                 record, now=now, slot_expires_at=slot_expiry(now, self.settings)
@@ -211,7 +212,7 @@ class RolloutService:
         vault = self.engine.vault if self.engine is not None else None
         sealed = None
         if request.api_key is not None and vault is not None:
-            sealed = await vault.seal(request.api_key)
+            sealed = await vault.seal(request.api_key, rollout_id=holder.rollout_id)
         watched = request.api_key is None or sealed is not None
         marked = await self.store.mark_handoff(
             holder.rollout_id,

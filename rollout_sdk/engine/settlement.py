@@ -65,10 +65,11 @@ class Settlement:
         self.telemetry = telemetry
 
     async def open_key(self, record: RolloutRecord) -> str | None:
-        """The record's sealed callback key, opened (None when it holds none)."""
+        """The record's sealed callback key, opened (None when it holds none); StoreError when
+        it cannot be opened, a key sealed for another rollout among them."""
         if record.sealed_key is None or self.vault is None:
             return None
-        return await self.vault.open(record.sealed_key)
+        return await self.vault.open(record.sealed_key, rollout_id=record.rollout_id)
 
     async def settle(
         self,

@@ -170,9 +170,9 @@ def _record(handler: Any, rollout_id: str) -> Any:
     return runtime.run(runtime.store.get(rollout_id, now=0))
 
 
-def _open(handler: Any, sealed: str) -> str:
+def _open(handler: Any, sealed: str, rollout_id: str) -> str:
     runtime = handler.runtime
-    opened: str = runtime.run(runtime.vault.open(sealed))
+    opened: str = runtime.run(runtime.vault.open(sealed, rollout_id=rollout_id))
     return opened
 
 
@@ -249,7 +249,7 @@ def test_queue_mode_holds_the_key_in_clear_nowhere_users_can_read(
     for message in seen:
         body = json.loads(message["Body"])
         assert "api_key" not in body
-        assert _open(handler, body[SEALED_KEY_FIELD]) == CALLBACK_KEY
+        assert _open(handler, body[SEALED_KEY_FIELD], body["rollout_id"]) == CALLBACK_KEY
 
     # One worker invocation: k-dead's rollout cannot be settled, k-parked's callback keeps
     # failing (parked, its key sealed in the record), the others complete.
@@ -283,7 +283,7 @@ def test_queue_mode_holds_the_key_in_clear_nowhere_users_can_read(
     }
     parked = _record(handler, "k-parked")
     assert parked.state == RecordState.FINISHED and parked.next_attempt_at is not None
-    assert _open(handler, parked.sealed_key) == CALLBACK_KEY
+    assert _open(handler, parked.sealed_key, "k-parked") == CALLBACK_KEY
 
     # Every place an account user could read.
     for rid in ("k-ok", "k-big", "k-parked", "k-dead", "k-bad"):

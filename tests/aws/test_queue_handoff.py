@@ -103,7 +103,11 @@ def test_a_batch_runs_together_in_one_invocation_and_each_rollout_reports_once(
         "api_key" not in body and CALLBACK_KEY not in m["Body"]
         for body, m in zip(bodies, messages, strict=True)
     )
-    opened = [handler.runtime.run(handler.runtime.vault.open(b["sealed_api_key"])) for b in bodies]
+    vault = handler.runtime.vault
+    opened = [
+        handler.runtime.run(vault.open(b["sealed_api_key"], rollout_id=b["rollout_id"]))
+        for b in bodies
+    ]
     assert opened == [CALLBACK_KEY] * len(ids)
     result = invoke(handler, "QueueWorkerFunction", batch(messages), timeout_seconds=900)
     assert result.result == {"batchItemFailures": []}

@@ -65,7 +65,14 @@ def _seed_delivered(store: DynamoDBStore, client: Any, url: str, count: int) -> 
         client.batch_write_item(RequestItems={store.table_name: items[start : start + 25]})
 
 
-async def _park(store: DynamoDBStore, sealed: str, rollout_id: str, url: str) -> None:
+def seal(runtime: Any, rollout_id: str) -> str:
+    """The callback key, sealed for ``rollout_id`` with the stack's KMS key."""
+    sealed: str = runtime.run(runtime.vault.seal(CALLBACK_KEY, rollout_id=rollout_id))
+    return sealed
+
+
+async def park(store: DynamoDBStore, sealed: str, rollout_id: str, url: str) -> None:
+    """Park a COMPLETED response of ``rollout_id``, due now, its record holding ``sealed``."""
     now = time.time()
     assert (await store.create(_record(rollout_id, url, now), now=now)).created
     ttl = expiry(now, 3600)
@@ -105,10 +112,9 @@ def test_a_pass_reads_only_what_waits_and_sends_each_once(
     store = runtime.store
     assert isinstance(store, DynamoDBStore)
     _seed_delivered(store, runtime.clients.dynamodb, url, 300)
-    sealed = runtime.run(runtime.vault.seal(CALLBACK_KEY))
     parked = [f"parked-{i}" for i in range(3)]
     for rid in parked:
-        runtime.run(_park(store, sealed, rid, url))
+        runtime.run(park(store, seal(runtime, rid), rid, url))
     reads = Reads(runtime.clients.dynamodb)
 
     first = invoke(
@@ -141,8 +147,7 @@ def test_a_record_written_before_the_index_joins_it_when_parked(
     store = runtime.store
     assert isinstance(store, DynamoDBStore)
     client = runtime.clients.dynamodb
-    sealed = runtime.run(runtime.vault.seal(CALLBACK_KEY))
-    runtime.run(_park(store, sealed, "old", url))
+    runtime.run(park(store, seal(runtime, "old"), "old", url))
     _as_before_the_index(store, client, "old")
     assert runtime.run(store.due(now=time.time())).rollout_ids == []
     record = runtime.run(store.get("old", now=time.time()))
@@ -174,8 +179,7 @@ def test_a_response_parked_before_the_index_is_backfilled_once_then_redriven(
     runtime = handler.runtime
     store = runtime.store
     assert isinstance(store, DynamoDBStore)
-    sealed = runtime.run(runtime.vault.seal(CALLBACK_KEY))
-    runtime.run(_park(store, sealed, "parked-before", url))
+    runtime.run(park(store, seal(runtime, "parked-before"), "parked-before", url))
     # As a table written before the index holds it: parked, with no index attributes.
     _as_before_the_index(store, runtime.clients.dynamodb, "parked-before")
     _seed_delivered(store, runtime.clients.dynamodb, url, 20)

@@ -48,7 +48,7 @@ async def _park(state: Path, server_url: str, *, due: float) -> None:
         finished_at=now,
         next_attempt_at=due,
         due_at=due,  # as park leaves it: in the due index at its next try
-        sealed_key=await vault.seal("callback-key"),
+        sealed_key=await vault.seal("callback-key", rollout_id="parked-1"),
     )
     assert (await store.create(record, now=now)).created
     await store.close()

@@ -135,7 +135,7 @@ async def test_twenty_duplicates_while_the_first_hand_off_fails_make_one_extra(
     record = await engine.store.get("rollout-1", now=clock())
     assert record is not None and record.state == RecordState.ACCEPTED
     assert record.sealed_key is not None  # sealed, never in clear
-    assert await engine.vault.open(record.sealed_key) == KEY  # type: ignore[union-attr]
+    assert await engine.vault.open(record.sealed_key, rollout_id="rollout-1") == KEY  # type: ignore[union-attr]
     if extra_fails:
         # Due when the hand-off lease runs out; not before.
         assert record.due_at == pytest.approx(clock() + engine.leases.seconds)

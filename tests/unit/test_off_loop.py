@@ -147,8 +147,8 @@ async def test_kms_opens_off_the_loop_and_its_errors_stay_store_errors() -> None
     kms = BlockingKms()
     kms.release.set()
     vault = KmsVault("alias/callback", client=cast("KMSClient", kms))
-    token = await vault.seal(KEY)
-    assert await vault.open(token) == KEY
+    token = await vault.seal(KEY, rollout_id="r")
+    assert await vault.open(token, rollout_id="r") == KEY
     assert kms.threads and all(t.startswith("rollout-sdk-kms") for t in kms.threads)
 
     def refuse(**_: Any) -> dict[str, Any]:
@@ -156,10 +156,10 @@ async def test_kms_opens_off_the_loop_and_its_errors_stay_store_errors() -> None
 
     kms.encrypt = refuse  # type: ignore[method-assign]
     with pytest.raises(StoreError, match="KMS could not seal"):
-        await vault.seal(KEY)
+        await vault.seal(KEY, rollout_id="r")
     vault.close()
     with pytest.raises(StoreError, match="closed"):
-        await vault.open(token)
+        await vault.open(token, rollout_id="r")
 
 
 # ---------------------------------------------------------------------- SQLite

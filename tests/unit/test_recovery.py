@@ -44,7 +44,7 @@ async def rig(
     for rid in ids:
         record = accepted_record(rid, now=now)
         if sealed:
-            record = record.evolve(sealed_key=await vault.seal(KEY))
+            record = record.evolve(sealed_key=await vault.seal(KEY, rollout_id=rid))
         assert (await store.create(record, now=now)).created
     engine = Engine.build(
         store=store, client=client, settings=load_settings(), vault=vault, agent_loop=EchoAgent()
