@@ -29,6 +29,7 @@ from urllib.parse import urlparse
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's account: the ARNs it answers with carry it
 PARTITION = "aws"
+ALIAS = "live"  # template.yaml's AutoPublishAlias
 
 # ---------------------------------------------------------------------- calls and what IAM checks
 
@@ -370,6 +371,10 @@ class Grant:
         )
 
 
+def _strings(value: Any) -> tuple[str, ...]:
+    return tuple(str(v) for v in (value if isinstance(value, list) else [value]))
+
+
 @functools.lru_cache(maxsize=4096)
 def _pattern(text: str, *, ignore_case: bool) -> re.Pattern[str]:
     parts = (".*" if c == "*" else "." if c == "?" else re.escape(c) for c in text)
@@ -592,17 +597,13 @@ class Stack:
         )
         if unsupported:
             raise ValueError(f"{function} {label}: the check cannot evaluate {sorted(unsupported)}")
-
-        def strings(value: Any) -> tuple[str, ...]:
-            return tuple(str(v) for v in (value if isinstance(value, list) else [value]))
-
         return Grant(
             function,
             label,
             source,
             str(statement["Effect"]),
-            strings(statement["Action"]),
-            strings(statement["Resource"]),
+            _strings(statement["Action"]),
+            _strings(statement["Resource"]),
         )
 
     def function_name(self, function: str) -> str:
@@ -721,3 +722,18 @@ def resource_label(resource: str, physical: Mapping[str, Mapping[str, str]]) -> 
                 name = logical if attribute == "Ref" else f"{logical}.{attribute}"
                 label = f"${{{name}}}{rest}"
     return label
+
+
+def stack_named_by_ids(translated: Mapping[str, Any], **parameters: str) -> Stack:
+    """The translated template under ``parameters``, every resource named after its logical id
+    (a function's ARN ends in it; anything else gets an ARN of its own): for checks of the
+    template alone, with nothing provisioned."""
+    names: dict[str, dict[str, str]] = {}
+    for logical, resource in translated["Resources"].items():
+        if resource["Type"] == "AWS::Lambda::Function":
+            names[logical] = {"Ref": logical, "Arn": function_arn(logical)}
+            names[f"{logical}Alias{ALIAS}"] = {"Ref": f"{function_arn(logical)}:{ALIAS}"}
+        elif resource["Type"] != "AWS::Lambda::Alias":  # an alias's Ref is its ARN (above)
+            arn = f"arn:aws:test:{REGION}:{ACCOUNT}:{logical}"
+            names[logical] = {"Ref": logical, "Arn": arn, "Version": "1", "QueueName": logical}
+    return Stack(translated, parameters, names)

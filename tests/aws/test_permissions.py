@@ -55,6 +55,7 @@ from testkit.records import park_due_now
 
 from .conftest import CALLBACK_KEY, ROOT, SERVER_KEY
 from .permissions import (
+    ALIAS,
     Call,
     Need,
     Recorder,
@@ -84,7 +85,6 @@ TIMEOUTS = {
     "DeadLetterFunction": 300,
 }
 NO_KEY = object()  # an init body without api_key
-ALIAS = "live"  # template.yaml's AutoPublishAlias
 
 # ---------------------------------------------------------------------- the SAM translation
 
