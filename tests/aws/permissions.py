@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 from urllib.parse import urlparse
 
+from botocore.exceptions import ClientError
+
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's account: the ARNs it answers with carry it
 PARTITION = "aws"
@@ -242,11 +244,19 @@ class Recorder:
 
     Calls made outside (a test's own set-up through the same clients) are not recorded. The
     clients call from worker threads too (the store's and the vault's), so appending locks.
+
+    With ``enforce``, it also answers as IAM would: a recorded call that the running function's
+    role (as that stack resolves it) does not allow fails before it is sent, with the error AWS
+    gives (:func:`access_denied`), and its verdicts go to :attr:`refused`. moto's server checks
+    no policy, so this is how a path meets a grant the deployment lacks. A call whose resource
+    only its answer names (``Decrypt``'s key) is judged when the answer comes, and fails then.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, enforce: Stack | None = None) -> None:
         self.calls: list[Call] = []
         self.invoked: set[tuple[str, str]] = set()  # (mode, function)
+        self.enforce = enforce
+        self.refused: list[Verdict] = []
         self._running: tuple[str, str, str] | None = None
         self._lock = threading.Lock()
 
@@ -283,11 +293,51 @@ class Recorder:
         context["permission_check_answer"] = answer
         with self._lock:
             self.calls.append(call)
+        if self.enforce is not None:
+            try:
+                needs = needs_of(call)
+            except ValueError:  # named by the answer: judged in _after
+                context["permission_check_deferred"] = call
+                return
+            self._judge(call, needs)
 
     def _after(self, parsed: Mapping[str, Any], context: dict[str, Any], **_: Any) -> None:
         answer = context.get("permission_check_answer")
         if answer is not None and isinstance(parsed, Mapping) and "KeyId" in parsed:
             answer["KeyId"] = parsed["KeyId"]
+        deferred = context.pop("permission_check_deferred", None)
+        if deferred is not None:
+            self._judge(deferred, needs_of(deferred))
+
+    def _judge(self, call: Call, needs: Sequence[Need]) -> None:
+        assert self.enforce is not None
+        denied = [v for v in self.enforce.judge(call.function, needs) if not v.allowed]
+        if denied:
+            with self._lock:
+                self.refused.extend(denied)
+            raise access_denied(call, denied[0])
+
+
+def access_denied(call: Call, verdict: Verdict) -> ClientError:
+    """The error AWS answers ``call`` with when its role does not allow ``verdict``'s need."""
+    need = verdict.need
+    code, status = (
+        ("AccessDenied", 403) if call.service in ("s3", "sqs") else ("AccessDeniedException", 400)
+    )
+    why = (
+        "with an explicit deny in an identity-based policy"
+        if verdict.denied_by
+        else f"because no identity-based policy allows the {need.action} action"
+    )
+    message = (
+        f"User: arn:{PARTITION}:sts::{ACCOUNT}:assumed-role/{call.function}Role/{call.function}"
+        f" is not authorized to perform: {need.action} on resource: {need.resource} {why}"
+    )
+    error = {
+        "Error": {"Code": code, "Message": message},
+        "ResponseMetadata": {"HTTPStatusCode": status},
+    }
+    return ClientError(error, call.operation)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------- the translated template
