@@ -787,3 +787,46 @@ def stack_named_by_ids(translated: Mapping[str, Any], **parameters: str) -> Stac
             arn = f"arn:aws:test:{REGION}:{ACCOUNT}:{logical}"
             names[logical] = {"Ref": logical, "Arn": arn, "Version": "1", "QueueName": logical}
     return Stack(translated, parameters, names)
+
+
+# ---------------------------------------------------------------------- resource policies
+
+
+def statement_applies(
+    statement: Mapping[str, Any], action: str, resource: str, context: Mapping[str, str]
+) -> bool:
+    """Whether a resolved statement of a resource policy (a bucket policy) for every principal
+    covers ``action`` on ``resource`` in a request whose condition keys are ``context``. Only
+    ``Bool`` conditions are evaluated; as in IAM, a key the request lacks fails its condition,
+    and the keys match case-insensitively. Anything else it cannot evaluate raises."""
+    unsupported = {"NotAction", "NotResource", "NotPrincipal"} & set(statement)
+    if unsupported:
+        raise ValueError(f"the check cannot evaluate {sorted(unsupported)}: {statement!r}")
+    if statement.get("Principal") not in ("*", {"AWS": "*"}):
+        raise ValueError(f"the check evaluates statements for every principal only: {statement!r}")
+    if not any(action_matches(a, action) for a in _strings(statement["Action"])):
+        return False
+    if not any(resource_matches(r, resource) for r in _strings(statement["Resource"])):
+        return False
+    keys = {key.lower(): value for key, value in context.items()}
+    for operator, tests in statement.get("Condition", {}).items():
+        if operator != "Bool":
+            raise ValueError(f"the check cannot evaluate the condition operator {operator}")
+        for key, expected in tests.items():
+            value = keys.get(key.lower())
+            if value is None or value.lower() not in {e.lower() for e in _strings(expected)}:
+                return False
+    return True
+
+
+def denied_by(
+    document: Mapping[str, Any], action: str, resource: str, context: Mapping[str, str]
+) -> list[str]:
+    """The Sids of the Deny statements of a resolved resource policy that refuse ``action`` on
+    ``resource`` for any principal, in a request whose condition keys are ``context``."""
+    statements = document.get("Statement", [])
+    return [
+        str(s.get("Sid", f"#{i}"))
+        for i, s in enumerate(statements if isinstance(statements, list) else [statements])
+        if s["Effect"] == "Deny" and statement_applies(s, action, resource, context)
+    ]

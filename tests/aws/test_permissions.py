@@ -18,7 +18,7 @@ no call or service need uses (printed, then asserted); and removing any one stat
 template makes the check fail (translated again without it, every statement in turn).
 Issue 20: no role may scan the table unless BackfillDueIndex=true, and then only the re-drive's;
 the backfill runs on moto under IAM's answer as the recorder enforces it (refused, naming the
-parameter, without the grant).
+parameter, without the grant); the payload bucket's policy refuses every request not over TLS.
 Run with ``-s`` to see the tables.
 """
 
@@ -66,6 +66,7 @@ from .permissions import (
     Stack,
     Verdict,
     action_matches,
+    denied_by,
     function_arn,
     key_arn,
     needs_of,
@@ -877,6 +878,61 @@ def test_the_backfill_runs_where_its_scan_is_granted_and_is_refused_cleanly_else
                 assert rig.record(rid).due_at is None  # nothing moved
 
 
+def test_the_payload_bucket_refuses_every_request_not_over_tls(
+    recording: Recording, translated: Any
+) -> None:
+    """issue 20: a Deny of s3:* on the bucket and its objects unless aws:SecureTransport, judged
+    on every S3 call the functions made and on what else anyone could ask of the bucket."""
+    policies = {
+        logical: resource
+        for logical, resource in translated["Resources"].items()
+        if resource["Type"] == "AWS::S3::BucketPolicy"
+    }
+    assert list(policies) == ["PayloadBucketPolicy"]
+    bucket_props = translated["Resources"]["PayloadBucket"]["Properties"]
+    # What the bucket had before stays: encryption, no public access, the lifecycle.
+    assert set(bucket_props) >= {
+        "BucketEncryption",
+        "PublicAccessBlockConfiguration",
+        "LifecycleConfiguration",
+    }
+    assert all(bucket_props["PublicAccessBlockConfiguration"].values())
+    over_http, over_tls = {"aws:SecureTransport": "false"}, {"aws:SecureTransport": "true"}
+    checked = 0
+    for mode, (parameters, names) in recording.rigs.items():
+        stack = Stack(translated, parameters, names)
+        properties = stack.value(policies["PayloadBucketPolicy"]["Properties"])
+        bucket, arn = names["PayloadBucket"]["Ref"], names["PayloadBucket"]["Arn"]
+        assert properties["Bucket"] == bucket
+        document = properties["PolicyDocument"]
+        assert document["Statement"] == [
+            {
+                "Sid": "RefuseNonTls",
+                "Effect": "Deny",
+                "Principal": "*",
+                "Action": "s3:*",
+                "Resource": [arn, f"{arn}/*"],
+                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+            }
+        ]
+        made = [
+            need
+            for call in recording.recorder.calls
+            if call.mode == mode and call.service == "s3"
+            for need in needs_of(call)
+        ]
+        checked += len(made)
+        anyone = [
+            *(Need(a, arn, "the bucket") for a in ("s3:ListBucket", "s3:PutBucketPolicy")),
+            *(Need(a, f"{arn}/k/1", "an object") for a in ("s3:GetObject", "s3:DeleteObject")),
+        ]
+        for need in [*made, *anyone]:
+            assert denied_by(document, need.action, need.resource, over_http) == ["RefuseNonTls"]
+            assert denied_by(document, need.action, need.resource, over_tls) == []
+        assert denied_by(document, "s3:GetObject", f"{arn}-other/k", over_http) == []
+    assert checked > 0  # the large payloads' paths put and get objects
+
+
 def test_the_operation_table_checks_what_aws_checks() -> None:
     def needs(service: str, operation: str, **params: Any) -> list[tuple[str, str]]:
         call = Call("m", "s", "F", service, operation, params)
@@ -909,4 +965,25 @@ def test_the_operation_table_checks_what_aws_checks() -> None:
     assert resource_matches("arn:aws:s3:::b/*", "arn:aws:s3:::b/k/1")
     assert not resource_matches("arn:aws:s3:::b/*", "arn:aws:s3:::bb/k")
     assert not resource_matches(table, f"{table}/index/due")  # an index needs its own grant
+    deny = {
+        "Statement": {
+            "Sid": "D",
+            "Effect": "Deny",
+            "Principal": {"AWS": "*"},
+            "Action": "s3:Get*",
+            "Resource": "arn:aws:s3:::b/*",
+            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+        }
+    }
+    plain = {"AWS:SECURETRANSPORT": "FALSE"}  # keys and Bool values match case-insensitively
+    assert denied_by(deny, "s3:GetObject", "arn:aws:s3:::b/k", plain) == ["D"]
+    assert denied_by(deny, "s3:PutObject", "arn:aws:s3:::b/k", plain) == []
+    assert denied_by(deny, "s3:GetObject", "arn:aws:s3:::b/k", {}) == []  # no key: no match
+    with pytest.raises(ValueError, match="condition operator"):
+        denied_by(
+            {"Statement": [{**deny["Statement"], "Condition": {"IpAddress": {}}}]},
+            "s3:GetObject",
+            "arn:aws:s3:::b/k",
+            plain,
+        )
     assert Need("a", "r", "o") == Need("a", "r", "o")
