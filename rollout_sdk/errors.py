@@ -31,6 +31,7 @@ the v1 Osmosis SDK are kept, with their meaning, so ported agents can keep catch
     │   ├── RolloutAlreadyFinished          409: cancel of a finished rollout
     │   └── AgentToolsError                 500: the agent's get_tools failed or is invalid
     ├── StoreError                          503: the record store failed (I/O, corruption)
+    │   └── ScanDenied                      the role may not scan the table (the backfill)
     ├── DispatchError                       503: the hand-off to a worker failed
     │   └── Overloaded                      429: past the concurrency limit and the queue bound
     ├── ServeError                          the local server could not start
@@ -273,6 +274,12 @@ class RolloutAlreadyFinished(RequestRejected):
 
 class StoreError(RolloutError):
     """The record store failed."""
+
+
+class ScanDenied(StoreError):
+    """DynamoDB refused the due index's backfill its Scan for want of a grant
+    (AccessDeniedException): only that one-off after an upgrade scans the table, and
+    template.yaml grants it only in a deploy with BackfillDueIndex=true."""
 
 
 class DispatchError(RolloutError):

@@ -48,7 +48,7 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import BotoCoreError, ClientError
 
 from rollout_sdk.engine.record import RecordState, RolloutRecord
-from rollout_sdk.errors import RecordTooLarge, StoreError
+from rollout_sdk.errors import RecordTooLarge, ScanDenied, StoreError
 from rollout_sdk.store.base import (
     CreateResult,
     DueCursor,
@@ -294,7 +294,8 @@ class DynamoDBStore(Store):
 
     async def backfill_due_index(self) -> int:
         """Put the parked responses of a table written before the due index into it (once,
-        after upgrading a stack; the only Scan the kit makes). Returns how many."""
+        after upgrading a stack; the only Scan the kit makes). Returns how many; ScanDenied
+        when the role may not scan (template.yaml grants it only with BackfillDueIndex=true)."""
         return await asyncio.to_thread(self._backfill)
 
     async def acquire_pass(self, name: str, *, holder: str, until: float, now: float) -> bool:
@@ -567,7 +568,13 @@ class DynamoDBStore(Store):
         moved = 0
         try:
             while True:
-                page = self._ddb.scan(**kwargs)
+                try:
+                    page = self._ddb.scan(**kwargs)
+                except ClientError as exc:
+                    if exc.response.get("Error", {}).get("Code") != "AccessDeniedException":
+                        raise
+                    failure = self._fail("backfill of the due index (Scan)", exc)
+                    raise ScanDenied(str(failure)) from exc
                 for item in page.get("Items", []):
                     rollout_id = item["pk"]["S"].removeprefix(ROLLOUT_PREFIX)
                     try:

@@ -26,9 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 from urllib.parse import urlparse
 
+from botocore.exceptions import ClientError
+
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's account: the ARNs it answers with carry it
 PARTITION = "aws"
+ALIAS = "live"  # template.yaml's AutoPublishAlias
 
 # ---------------------------------------------------------------------- calls and what IAM checks
 
@@ -241,11 +244,19 @@ class Recorder:
 
     Calls made outside (a test's own set-up through the same clients) are not recorded. The
     clients call from worker threads too (the store's and the vault's), so appending locks.
+
+    With ``enforce``, it also answers as IAM would: a recorded call that the running function's
+    role (as that stack resolves it) does not allow fails before it is sent, with the error AWS
+    gives (:func:`access_denied`), and its verdicts go to :attr:`refused`. moto's server checks
+    no policy, so this is how a path meets a grant the deployment lacks. A call whose resource
+    only its answer names (``Decrypt``'s key) is judged when the answer comes, and fails then.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, enforce: Stack | None = None) -> None:
         self.calls: list[Call] = []
         self.invoked: set[tuple[str, str]] = set()  # (mode, function)
+        self.enforce = enforce
+        self.refused: list[Verdict] = []
         self._running: tuple[str, str, str] | None = None
         self._lock = threading.Lock()
 
@@ -282,11 +293,51 @@ class Recorder:
         context["permission_check_answer"] = answer
         with self._lock:
             self.calls.append(call)
+        if self.enforce is not None:
+            try:
+                needs = needs_of(call)
+            except ValueError:  # named by the answer: judged in _after
+                context["permission_check_deferred"] = call
+                return
+            self._judge(call, needs)
 
     def _after(self, parsed: Mapping[str, Any], context: dict[str, Any], **_: Any) -> None:
         answer = context.get("permission_check_answer")
         if answer is not None and isinstance(parsed, Mapping) and "KeyId" in parsed:
             answer["KeyId"] = parsed["KeyId"]
+        deferred = context.pop("permission_check_deferred", None)
+        if deferred is not None:
+            self._judge(deferred, needs_of(deferred))
+
+    def _judge(self, call: Call, needs: Sequence[Need]) -> None:
+        assert self.enforce is not None
+        denied = [v for v in self.enforce.judge(call.function, needs) if not v.allowed]
+        if denied:
+            with self._lock:
+                self.refused.extend(denied)
+            raise access_denied(call, denied[0])
+
+
+def access_denied(call: Call, verdict: Verdict) -> ClientError:
+    """The error AWS answers ``call`` with when its role does not allow ``verdict``'s need."""
+    need = verdict.need
+    code, status = (
+        ("AccessDenied", 403) if call.service in ("s3", "sqs") else ("AccessDeniedException", 400)
+    )
+    why = (
+        "with an explicit deny in an identity-based policy"
+        if verdict.denied_by
+        else f"because no identity-based policy allows the {need.action} action"
+    )
+    message = (
+        f"User: arn:{PARTITION}:sts::{ACCOUNT}:assumed-role/{call.function}Role/{call.function}"
+        f" is not authorized to perform: {need.action} on resource: {need.resource} {why}"
+    )
+    error = {
+        "Error": {"Code": code, "Message": message},
+        "ResponseMetadata": {"HTTPStatusCode": status},
+    }
+    return ClientError(error, call.operation)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------- the translated template
@@ -368,6 +419,10 @@ class Grant:
         return any(action_matches(a, action) for a in self.actions) and any(
             resource_matches(r, resource) for r in self.resources
         )
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    return tuple(str(v) for v in (value if isinstance(value, list) else [value]))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -592,17 +647,13 @@ class Stack:
         )
         if unsupported:
             raise ValueError(f"{function} {label}: the check cannot evaluate {sorted(unsupported)}")
-
-        def strings(value: Any) -> tuple[str, ...]:
-            return tuple(str(v) for v in (value if isinstance(value, list) else [value]))
-
         return Grant(
             function,
             label,
             source,
             str(statement["Effect"]),
-            strings(statement["Action"]),
-            strings(statement["Resource"]),
+            _strings(statement["Action"]),
+            _strings(statement["Resource"]),
         )
 
     def function_name(self, function: str) -> str:
@@ -721,3 +772,61 @@ def resource_label(resource: str, physical: Mapping[str, Mapping[str, str]]) -> 
                 name = logical if attribute == "Ref" else f"{logical}.{attribute}"
                 label = f"${{{name}}}{rest}"
     return label
+
+
+def stack_named_by_ids(translated: Mapping[str, Any], **parameters: str) -> Stack:
+    """The translated template under ``parameters``, every resource named after its logical id
+    (a function's ARN ends in it; anything else gets an ARN of its own): for checks of the
+    template alone, with nothing provisioned."""
+    names: dict[str, dict[str, str]] = {}
+    for logical, resource in translated["Resources"].items():
+        if resource["Type"] == "AWS::Lambda::Function":
+            names[logical] = {"Ref": logical, "Arn": function_arn(logical)}
+            names[f"{logical}Alias{ALIAS}"] = {"Ref": f"{function_arn(logical)}:{ALIAS}"}
+        elif resource["Type"] != "AWS::Lambda::Alias":  # an alias's Ref is its ARN (above)
+            arn = f"arn:aws:test:{REGION}:{ACCOUNT}:{logical}"
+            names[logical] = {"Ref": logical, "Arn": arn, "Version": "1", "QueueName": logical}
+    return Stack(translated, parameters, names)
+
+
+# ---------------------------------------------------------------------- resource policies
+
+
+def statement_applies(
+    statement: Mapping[str, Any], action: str, resource: str, context: Mapping[str, str]
+) -> bool:
+    """Whether a resolved statement of a resource policy (a bucket policy) for every principal
+    covers ``action`` on ``resource`` in a request whose condition keys are ``context``. Only
+    ``Bool`` conditions are evaluated; as in IAM, a key the request lacks fails its condition,
+    and the keys match case-insensitively. Anything else it cannot evaluate raises."""
+    unsupported = {"NotAction", "NotResource", "NotPrincipal"} & set(statement)
+    if unsupported:
+        raise ValueError(f"the check cannot evaluate {sorted(unsupported)}: {statement!r}")
+    if statement.get("Principal") not in ("*", {"AWS": "*"}):
+        raise ValueError(f"the check evaluates statements for every principal only: {statement!r}")
+    if not any(action_matches(a, action) for a in _strings(statement["Action"])):
+        return False
+    if not any(resource_matches(r, resource) for r in _strings(statement["Resource"])):
+        return False
+    keys = {key.lower(): value for key, value in context.items()}
+    for operator, tests in statement.get("Condition", {}).items():
+        if operator != "Bool":
+            raise ValueError(f"the check cannot evaluate the condition operator {operator}")
+        for key, expected in tests.items():
+            value = keys.get(key.lower())
+            if value is None or value.lower() not in {e.lower() for e in _strings(expected)}:
+                return False
+    return True
+
+
+def denied_by(
+    document: Mapping[str, Any], action: str, resource: str, context: Mapping[str, str]
+) -> list[str]:
+    """The Sids of the Deny statements of a resolved resource policy that refuse ``action`` on
+    ``resource`` for any principal, in a request whose condition keys are ``context``."""
+    statements = document.get("Statement", [])
+    return [
+        str(s.get("Sid", f"#{i}"))
+        for i, s in enumerate(statements if isinstance(statements, list) else [statements])
+        if s["Effect"] == "Deny" and statement_applies(s, action, resource, context)
+    ]

@@ -14,8 +14,8 @@ from rollout_sdk.mcp import MCPAgentLoop
 from rollout_sdk.testing.standin import TrainGateStandIn
 
 from .conftest import ROOT
+from .permissions import stack_named_by_ids as stack
 from .test_permissions import translate
-from .test_snapstart import stack
 
 FOLDER = "examples/mcp_calculator"
 

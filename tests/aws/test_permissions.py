@@ -3,7 +3,8 @@
 Every function's handler runs, through handler.py against moto's server, on every code path:
 the happy path, an agent error, a kit failure, a failed hand-off and its release, large
 payloads through S3, status and cancel, the server-key secret (created and given), the failure
-destination, a queue batch, dead letters and the re-drive, in both HandOff modes. Every boto3
+destination, a queue batch, dead letters and the re-drive, in both HandOff modes, and the
+upgrade's backfill of the due index in a deploy with BackfillDueIndex=true. Every boto3
 client made while they run records each AWS call (:class:`~tests.aws.permissions.Recorder`);
 each call is mapped to the IAM actions AWS checks and their resource ARNs
 (:data:`~tests.aws.permissions.OPERATIONS`) and judged against that function's role in
@@ -15,6 +16,9 @@ network interfaces, destinations, queue polling) is an allowlist
 The tests: every call is allowed; the service's needs are granted; no statement grants an action
 no call or service need uses (printed, then asserted); and removing any one statement of the
 template makes the check fail (translated again without it, every statement in turn).
+Issue 20: no role may scan the table unless BackfillDueIndex=true, and then only the re-drive's;
+the backfill runs on moto under IAM's answer as the recorder enforces it (refused, naming the
+parameter, without the grant); the payload bucket's policy refuses every request not over TLS.
 Run with ``-s`` to see the tables.
 """
 
@@ -55,18 +59,21 @@ from testkit.records import park_due_now
 
 from .conftest import CALLBACK_KEY, ROOT, SERVER_KEY
 from .permissions import (
+    ALIAS,
     Call,
     Need,
     Recorder,
     Stack,
     Verdict,
     action_matches,
+    denied_by,
     function_arn,
     key_arn,
     needs_of,
     queue_arn,
     resource_label,
     resource_matches,
+    stack_named_by_ids,
     table_arn,
 )
 from .test_queue_handoff import batch, receive, unsettled
@@ -84,7 +91,7 @@ TIMEOUTS = {
     "DeadLetterFunction": 300,
 }
 NO_KEY = object()  # an init body without api_key
-ALIAS = "live"  # template.yaml's AutoPublishAlias
+BACKFILL = {"backfill_due_index": True}  # the re-drive's one-off invocation after an upgrade
 
 # ---------------------------------------------------------------------- the SAM translation
 
@@ -165,6 +172,7 @@ class Rig:
     traingate: TrainGateStandIn
     url: str
     recorder: Recorder
+    names: dict[str, dict[str, str]]  # the template's logical ids -> what they are called here
     scenario: str = ""
 
     @property
@@ -381,8 +389,9 @@ def common_paths(rig: Rig, p: str) -> None:
     assert handed["handed_off"] >= 1, handed
     assert rig.reports(f"{p}never-started") == ["ERROR"]
 
-    scenario(rig, "re-drive: backfill of the due index")
-    rid = f"{p}before-index"
+
+def parked_before_the_index(rig: Rig, rid: str) -> None:
+    """A response parked as a table written before the due index holds it: no index attributes."""
     rig.traingate.inject("completed", Fault(503, count=3, rollout_id=rid))
     rig.run_worker(rig.init(rid))
     rig.runtime.clients.dynamodb.update_item(
@@ -391,7 +400,15 @@ def common_paths(rig: Rig, p: str) -> None:
         UpdateExpression="REMOVE #by, #at",
         ExpressionAttributeNames={"#by": DUE_PARTITION, "#at": DUE_SORT},
     )
-    assert rig.redrive({"backfill_due_index": True})["backfilled"] == 1
+    assert rig.record(rid).due_at is None
+
+
+def backfill_paths(rig: Rig) -> None:
+    """Deployed with BackfillDueIndex=true, the one deploy whose re-drive may scan."""
+    scenario(rig, "re-drive: backfill of the due index (BackfillDueIndex=true)")
+    rid = "b-before-index"
+    parked_before_the_index(rig, rid)
+    assert rig.redrive(BACKFILL)["backfilled"] == 1
     rig.due_now(rid)
     rig.redrive()
     assert rig.reports(rid) == ["COMPLETED"]
@@ -525,65 +542,90 @@ class Recording:
     rigs: dict[str, tuple[dict[str, str], dict[str, dict[str, str]]]]  # mode -> (parameters, names)
 
 
-@pytest.fixture(scope="module")
-def recording(moto_endpoint: str) -> Iterator[Recording]:
-    recorder = Recorder()
-    rigs: dict[str, tuple[dict[str, str], dict[str, dict[str, str]]]] = {}
-    template = load_template(ROOT / "template.yaml")
-    traingate = TrainGateStandIn(callback_key=CALLBACK_KEY)
-    sets: list[tuple[str, str, Callable[[Rig], None]]] = [
-        ("direct", "direct", direct_paths),
-        ("queue", "queue", queue_paths),
-        ("direct, given secret", "direct", given_secret_paths),
-    ]
+@contextmanager
+def recorded_clients(recorder: Recorder) -> Iterator[pytest.MonkeyPatch]:
+    """An environment without the kit's variables, in the project folder, in which every boto3
+    client made is attached to ``recorder``: the runtime's (built on first use, in the
+    handlers) and any a library might make of its own."""
     real_create_client = botocore.session.Session.create_client
 
     def create_client(self: botocore.session.Session, *args: Any, **kwargs: Any) -> Any:
-        # Every client made from now on is recorded: the runtime's (built on first use, in the
-        # handlers) and any a library might make of its own.
         client = real_create_client(self, *args, **kwargs)
         recorder.attach(client)
         return client
 
-    with pytest.MonkeyPatch.context() as mp, ServerThread(traingate.app) as server:
+    with pytest.MonkeyPatch.context() as mp:
         for name in list(os.environ):
             if name.upper().startswith(VARIABLE_PREFIXES):
                 mp.delenv(name)
         mp.chdir(ROOT)
         mp.setattr(botocore.session.Session, "create_client", create_client)
-        for mode, hand_off, paths in sets:
-            prefix = f"perm-{uuid.uuid4().hex[:8]}"
-            resources = provision(
-                moto_endpoint,
-                template_path=ROOT / "template.yaml",
-                agent_loop="examples.calculator.agent:agent_loop",
-                server_key=SERVER_KEY,
-                prefix=prefix,
-            )
-            env = function_environment(template, "ApiFunction", resources, LOOPBACK_TRAINGATE)
-            env["HAND_OFF"] = hand_off
-            parameters = {"HandOff": hand_off}
-            given = None
-            if "given" in mode:
-                secrets = local_client("secretsmanager", moto_endpoint)
-                given = secrets.create_secret(Name=f"{prefix}-given-key", SecretString=SERVER_KEY)[
-                    "ARN"
-                ]
-                env["SERVER_KEY_SECRET_ARN"] = given
-                parameters["ServerKeySecretArn"] = str(given)
-            for key, value in env.items():
-                mp.setenv(key, value)
-            module = import_handler(env)
-            rig = Rig(mode, parameters, module, resources, traingate, server.url, recorder)
-            try:
-                module.runtime.settings.client.retry_base_delay = 0.01
-                module.runtime.settings.client.retry_max_delay = 0.02
-                paths(rig)
-            finally:
-                module.runtime.close()
-                sys.modules.pop("handler", None)
-            rigs[mode] = (parameters, physical_names(resources, moto_endpoint, prefix, given))
+        yield mp
     reset_settings()
+
+
+@contextmanager
+def deployed(
+    mp: pytest.MonkeyPatch,
+    moto_endpoint: str,
+    mode: str,
+    parameters: dict[str, str],
+    recorder: Recorder,
+    traingate: TrainGateStandIn,
+    url: str,
+) -> Iterator[Rig]:
+    """handler.py cold-started against resources of its own, as a deploy with ``parameters``
+    makes them (a mode naming "given" gets a secret of its own, as ServerKeySecretArn)."""
+    prefix = f"perm-{uuid.uuid4().hex[:8]}"
+    template = load_template(ROOT / "template.yaml")
+    resources = provision(
+        moto_endpoint,
+        template_path=ROOT / "template.yaml",
+        agent_loop="examples.calculator.agent:agent_loop",
+        server_key=SERVER_KEY,
+        prefix=prefix,
+    )
+    env = function_environment(template, "ApiFunction", resources, LOOPBACK_TRAINGATE)
+    env["HAND_OFF"] = parameters["HandOff"]
+    parameters = dict(parameters)
+    given = None
+    if "given" in mode:
+        secrets = local_client("secretsmanager", moto_endpoint)
+        given = secrets.create_secret(Name=f"{prefix}-given-key", SecretString=SERVER_KEY)["ARN"]
+        env["SERVER_KEY_SECRET_ARN"] = given
+        parameters["ServerKeySecretArn"] = str(given)
+    for key, value in env.items():
+        mp.setenv(key, value)
+    names = physical_names(resources, moto_endpoint, prefix, given)
+    module = import_handler(env)
+    rig = Rig(mode, parameters, module, resources, traingate, url, recorder, names)
+    try:
+        module.runtime.settings.client.retry_base_delay = 0.01
+        module.runtime.settings.client.retry_max_delay = 0.02
+        yield rig
+    finally:
+        module.runtime.close()
+        sys.modules.pop("handler", None)
+
+
+@pytest.fixture(scope="module")
+def recording(moto_endpoint: str) -> Iterator[Recording]:
+    recorder = Recorder()
+    rigs: dict[str, tuple[dict[str, str], dict[str, dict[str, str]]]] = {}
+    traingate = TrainGateStandIn(callback_key=CALLBACK_KEY)
+    sets: list[tuple[str, dict[str, str], Callable[[Rig], None]]] = [
+        ("direct", {"HandOff": "direct"}, direct_paths),
+        ("queue", {"HandOff": "queue"}, queue_paths),
+        ("direct, given secret", {"HandOff": "direct"}, given_secret_paths),
+        ("direct, backfill", {"HandOff": "direct", "BackfillDueIndex": "true"}, backfill_paths),
+    ]
+    with recorded_clients(recorder) as mp, ServerThread(traingate.app) as server:
+        for mode, parameters, paths in sets:
+            with deployed(
+                mp, moto_endpoint, mode, parameters, recorder, traingate, server.url
+            ) as rig:
+                paths(rig)
+            rigs[mode] = (rig.parameters, rig.names)
     yield Recording(recorder, rigs)
 
 
@@ -773,6 +815,124 @@ def test_removing_any_one_statement_of_the_template_fails_the_check(
     assert survived == [], "statements nothing needs"
 
 
+@pytest.mark.parametrize("hand_off", ["direct", "queue"])
+def test_only_the_redrive_may_scan_and_only_with_backfill_due_index_true(
+    translated: Any, hand_off: str
+) -> None:
+    """issue 20: the Scan only the one-off backfill needs is no permanent grant."""
+    parameter = translated["Parameters"]["BackfillDueIndex"]
+    assert (parameter["Default"], parameter["AllowedValues"]) == ("false", ["false", "true"])
+    for given in ({}, {"BackfillDueIndex": "false"}, {"BackfillDueIndex": "true"}):
+        stack = stack_named_by_ids(translated, HandOff=hand_off, **given)
+        table = str(stack.value({"Fn::GetAtt": ["RolloutTable", "Arn"]}))
+        # Every statement of every role (managed policies too) that would allow a Scan of anything.
+        scans = [
+            (function, grant.label, grant.resources)
+            for function in stack.functions()
+            for grant in stack.grants(function)
+            if grant.effect == "Allow"
+            and any(action_matches(a, "dynamodb:Scan") for a in grant.actions)
+        ]
+        expected = (
+            [("RedriveFunction", "BackfillDueIndex", (table,))]
+            if given.get("BackfillDueIndex") == "true"
+            else []
+        )
+        assert scans == expected, given
+
+
+@pytest.mark.parametrize("grant", ["false", "true"])
+def test_the_backfill_runs_where_its_scan_is_granted_and_is_refused_cleanly_elsewhere(
+    moto_endpoint: str, translated: Any, grant: str
+) -> None:
+    """The backfill on moto under IAM's answer: the recorder enforces the re-drive's role as
+    template.yaml grants it with BackfillDueIndex=``grant`` (moto's server checks no policy)."""
+    recorder = Recorder()
+    traingate = TrainGateStandIn(callback_key=CALLBACK_KEY)
+    parameters = {"HandOff": "direct", "BackfillDueIndex": grant}
+    with recorded_clients(recorder) as mp, ServerThread(traingate.app) as server:
+        mode = f"BackfillDueIndex={grant}"
+        with deployed(mp, moto_endpoint, mode, parameters, recorder, traingate, server.url) as rig:
+            recorder.enforce = Stack(translated, rig.parameters, rig.names)
+            scenario(rig, "re-drive: backfill of the due index")
+            rid = "before-index"
+            parked_before_the_index(rig, rid)
+            answer = rig.redrive(BACKFILL)
+            refused = [
+                (v.function, v.need.action, resource_label(v.need.resource, rig.names))
+                for v in recorder.refused
+            ]
+            if grant == "true":
+                assert answer == {"status": "done", "backfilled": 1}
+                assert refused == []
+                rig.due_now(rid)
+                rig.redrive()
+                assert rig.reports(rid) == ["COMPLETED"]
+            else:
+                assert refused == [("RedriveFunction", "dynamodb:Scan", "${RolloutTable.Arn}")]
+                assert answer["status"] == "rejected", answer
+                error = answer["error"]
+                assert "deploy the stack with BackfillDueIndex=true" in error, error
+                assert "then deploy again with BackfillDueIndex=false" in error, error
+                assert "AccessDeniedException" in error  # and what DynamoDB said
+                assert rig.record(rid).due_at is None  # nothing moved
+
+
+def test_the_payload_bucket_refuses_every_request_not_over_tls(
+    recording: Recording, translated: Any
+) -> None:
+    """issue 20: a Deny of s3:* on the bucket and its objects unless aws:SecureTransport, judged
+    on every S3 call the functions made and on what else anyone could ask of the bucket."""
+    policies = {
+        logical: resource
+        for logical, resource in translated["Resources"].items()
+        if resource["Type"] == "AWS::S3::BucketPolicy"
+    }
+    assert list(policies) == ["PayloadBucketPolicy"]
+    bucket_props = translated["Resources"]["PayloadBucket"]["Properties"]
+    # What the bucket had before stays: encryption, no public access, the lifecycle.
+    assert set(bucket_props) >= {
+        "BucketEncryption",
+        "PublicAccessBlockConfiguration",
+        "LifecycleConfiguration",
+    }
+    assert all(bucket_props["PublicAccessBlockConfiguration"].values())
+    over_http, over_tls = {"aws:SecureTransport": "false"}, {"aws:SecureTransport": "true"}
+    checked = 0
+    for mode, (parameters, names) in recording.rigs.items():
+        stack = Stack(translated, parameters, names)
+        properties = stack.value(policies["PayloadBucketPolicy"]["Properties"])
+        bucket, arn = names["PayloadBucket"]["Ref"], names["PayloadBucket"]["Arn"]
+        assert properties["Bucket"] == bucket
+        document = properties["PolicyDocument"]
+        assert document["Statement"] == [
+            {
+                "Sid": "RefuseNonTls",
+                "Effect": "Deny",
+                "Principal": "*",
+                "Action": "s3:*",
+                "Resource": [arn, f"{arn}/*"],
+                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+            }
+        ]
+        made = [
+            need
+            for call in recording.recorder.calls
+            if call.mode == mode and call.service == "s3"
+            for need in needs_of(call)
+        ]
+        checked += len(made)
+        anyone = [
+            *(Need(a, arn, "the bucket") for a in ("s3:ListBucket", "s3:PutBucketPolicy")),
+            *(Need(a, f"{arn}/k/1", "an object") for a in ("s3:GetObject", "s3:DeleteObject")),
+        ]
+        for need in [*made, *anyone]:
+            assert denied_by(document, need.action, need.resource, over_http) == ["RefuseNonTls"]
+            assert denied_by(document, need.action, need.resource, over_tls) == []
+        assert denied_by(document, "s3:GetObject", f"{arn}-other/k", over_http) == []
+    assert checked > 0  # the large payloads' paths put and get objects
+
+
 def test_the_operation_table_checks_what_aws_checks() -> None:
     def needs(service: str, operation: str, **params: Any) -> list[tuple[str, str]]:
         call = Call("m", "s", "F", service, operation, params)
@@ -805,4 +965,25 @@ def test_the_operation_table_checks_what_aws_checks() -> None:
     assert resource_matches("arn:aws:s3:::b/*", "arn:aws:s3:::b/k/1")
     assert not resource_matches("arn:aws:s3:::b/*", "arn:aws:s3:::bb/k")
     assert not resource_matches(table, f"{table}/index/due")  # an index needs its own grant
+    deny = {
+        "Statement": {
+            "Sid": "D",
+            "Effect": "Deny",
+            "Principal": {"AWS": "*"},
+            "Action": "s3:Get*",
+            "Resource": "arn:aws:s3:::b/*",
+            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+        }
+    }
+    plain = {"AWS:SECURETRANSPORT": "FALSE"}  # keys and Bool values match case-insensitively
+    assert denied_by(deny, "s3:GetObject", "arn:aws:s3:::b/k", plain) == ["D"]
+    assert denied_by(deny, "s3:PutObject", "arn:aws:s3:::b/k", plain) == []
+    assert denied_by(deny, "s3:GetObject", "arn:aws:s3:::b/k", {}) == []  # no key: no match
+    with pytest.raises(ValueError, match="condition operator"):
+        denied_by(
+            {"Statement": [{**deny["Statement"], "Condition": {"IpAddress": {}}}]},
+            "s3:GetObject",
+            "arn:aws:s3:::b/k",
+            plain,
+        )
     assert Need("a", "r", "o") == Need("a", "r", "o")

@@ -26,8 +26,9 @@ from rollout_sdk.testing.standin import TrainGateStandIn
 from testkit.aws import fake_aws_env
 
 from .conftest import ROOT
-from .permissions import ACCOUNT, REGION, Need, Stack
-from .test_permissions import ALIAS, translate
+from .permissions import ACCOUNT, ALIAS, REGION, Need, Stack
+from .permissions import stack_named_by_ids as stack
+from .test_permissions import translate
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -193,19 +194,6 @@ def translated() -> Any:
 
 def function_arn(function: str) -> str:
     return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{function}"
-
-
-def stack(translated: Any, **parameters: str) -> Stack:
-    """The translated template under ``parameters``, every resource named after its logical id."""
-    names: dict[str, dict[str, str]] = {}
-    for logical, resource in translated["Resources"].items():
-        if resource["Type"] == "AWS::Lambda::Function":
-            names[logical] = {"Ref": logical, "Arn": function_arn(logical)}
-            names[f"{logical}Alias{ALIAS}"] = {"Ref": f"{function_arn(logical)}:{ALIAS}"}
-        elif resource["Type"] != "AWS::Lambda::Alias":  # an alias's Ref is its ARN (above)
-            arn = f"arn:aws:test:{REGION}:{ACCOUNT}:{logical}"
-            names[logical] = {"Ref": logical, "Arn": arn, "Version": "1", "QueueName": logical}
-    return Stack(translated, parameters, names)
 
 
 def resources_of(stack: Stack, kind: str) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rollout_sdk.engine.record import MAX_HANDOFF_WAIT_SECONDS, RolloutRecord
 from rollout_sdk.local.emulator import load_template, ttl_attribute
 from rollout_sdk.store.dynamodb import DUE_INDEX, DUE_PARTITION, DUE_SORT, TTL_ATTRIBUTE
@@ -28,13 +30,22 @@ def test_the_templates_due_index_is_the_one_the_store_queries() -> None:
     assert index["Projection"] == {"ProjectionType": "KEYS_ONLY"}
     # The sort key is the record's own due_at field, stored under its name by the codec.
     assert DUE_SORT in RolloutRecord.__dataclass_fields__
-    # The re-drive may query that index; it may scan only for the one-off upgrade backfill.
+    # The re-drive may query that index; it may scan only for the one-off upgrade backfill, in
+    # a deploy with BackfillDueIndex=true (tests/aws/test_permissions.py checks the roles).
     redrive = template["Resources"]["RedriveFunction"]["Properties"]["Policies"][0]["Statement"]
-    by_sid = {s["Sid"]: _list(s.get("Action", [])) for s in redrive if "Sid" in s}
-    assert by_sid["DueIndex"] == ["dynamodb:Query"]
-    assert [sid for sid, actions in by_sid.items() if "dynamodb:Scan" in actions] == [
-        "BackfillDueIndexOnce"
-    ]
+    by_sid = {
+        s["Sid"]: (condition, _list(s.get("Action", [])))
+        for condition, s in _statements(redrive)
+        if "Sid" in s
+    }
+    assert by_sid["DueIndex"] == (None, ["dynamodb:Query"])
+    scans = {
+        sid: condition for sid, (condition, actions) in by_sid.items() if "dynamodb:Scan" in actions
+    }
+    assert scans == {"BackfillDueIndex": "GrantBackfillScan"}
+    assert template["Conditions"]["GrantBackfillScan"] == {
+        "Fn::Equals": [{"Ref": "BackfillDueIndex"}, "true"]
+    }
 
 
 def test_the_longest_hand_off_wait_is_the_templates() -> None:
@@ -45,6 +56,21 @@ def test_the_longest_hand_off_wait_is_the_templates() -> None:
     assert worker["MaximumEventAgeInSeconds"] == MAX_HANDOFF_WAIT_SECONDS
     queue = resources["RolloutQueue"]["Properties"]
     assert queue["MessageRetentionPeriod"] == MAX_HANDOFF_WAIT_SECONDS
+
+
+def _statements(statements: list[Any]) -> list[tuple[str | None, dict[str, Any]]]:
+    """Each statement with the condition it is granted under (an ``!If``'s false branch: the
+    condition's name after ``not``)."""
+    found: list[tuple[str | None, dict[str, Any]]] = []
+    for statement in statements:
+        if "Fn::If" in statement:
+            condition, when_true, when_false = statement["Fn::If"]
+            for under, branch in ((condition, when_true), (f"not {condition}", when_false)):
+                if "Sid" in branch:  # not AWS::NoValue
+                    found.append((under, branch))
+        else:
+            found.append((None, statement))
+    return found
 
 
 def _list(value: object) -> list[object]:

@@ -4,8 +4,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rollout_sdk.errors import ScanDenied
+
 if TYPE_CHECKING:
     from rollout_sdk.aws.runtime import InvocationContext, LambdaRuntime
+
+#: The answer to a backfill the role may not run: the stack grants the re-drive's Scan only
+#: while the template parameter asks for it.
+SCAN_NOT_GRANTED = (
+    "the backfill of the due index scans the table, and this deployment does not grant the "
+    "re-drive function dynamodb:Scan: deploy the stack with BackfillDueIndex=true, invoke this "
+    "again, then deploy again with BackfillDueIndex=false (a grant just deployed may take a few "
+    "seconds to apply; docs/aws.md, 'The due index'). {cause}"
+)
 
 
 def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None) -> dict[str, Any]:
@@ -17,7 +28,11 @@ def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None
         store = runtime.store
         if not isinstance(store, DynamoDBStore):  # pragma: no cover - the Lambda store
             return {"status": "rejected", "error": "the store has no due index to backfill"}
-        return {"status": "done", "backfilled": runtime.run(store.backfill_due_index())}
+        try:
+            return {"status": "done", "backfilled": runtime.run(store.backfill_due_index())}
+        except ScanDenied as exc:
+            # template.yaml grants the Scan only while its parameter asks for it.
+            return {"status": "rejected", "error": SCAN_NOT_GRANTED.format(cause=exc)}
     # The scheduled event only says that it is time (Powertools' EventBridgeEvent would read
     # its "time" and "resources"); the pass reads the clock and the store, so it is not parsed.
     # Each rollout the pass takes up is charged its share of the pass (recovery opens its meter);
