@@ -19,6 +19,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -123,7 +124,7 @@ define lambda_artifact
 	find "$(ARTIFACTS_DIR)" \( -name '*.pyi' -o -name 'py.typed' \) -delete
 	find "$(ARTIFACTS_DIR)" -mindepth 2 -type d \( -name tests -o -name __pycache__ \) -prune -exec rm -rf {} +
 	rm -rf "$(ARTIFACTS_DIR)/aws_lambda_powertools/event_handler"
-	# The TrainGate client sends through aiohttp (rollout_sdk/engine/transport.py): not its server,
+	# The TrainGate client sends through aiohttp (rollout_sdk/traingate/transport.py): not its server,
 	# test or gunicorn modules; nor httpcore and h11, which httpx imports only to build its own
 	# transport, which nothing on Lambda builds (bench/package.py imports the handler and runs an
 	# event of each function on the result).

@@ -24,18 +24,12 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from rollout_sdk.aws.runtime import LambdaRuntime
 from rollout_sdk.aws.snapstart import register as register_snapstart_hooks
-from rollout_sdk.engine.telemetry import RolloutLogFilter
+from rollout_sdk.stack import LambdaFunction
+from rollout_sdk.telemetry import RolloutLogFilter
 
 Handler = Callable[[dict[str, Any], LambdaContext], dict[str, Any]]
 #: The module of :mod:`rollout_sdk.aws.handlers` each entry point hands its event to.
-EVENT_SOURCES = {
-    "api": "api",
-    "worker": "worker",
-    "worker_failed": "failure",
-    "redrive": "redrive",
-    "worker_batch": "queue",
-    "dead_letters": "dead_letter",
-}
+EVENT_SOURCES = {function.names.entry: function.names.events for function in LambdaFunction}
 
 logger = Logger(service="rollout-sdk")
 # Every line written inside a rollout carries its rollout_id, from the task's context (a queue
@@ -54,9 +48,9 @@ register_snapstart_hooks(runtime)
 telemetry = runtime.telemetry
 
 
-def entry_point(function: str) -> Callable[[Handler], Handler]:
-    """Every entry point's Powertools context and metrics: ``function`` is the ``Function``
-    dimension, and the invocation's metrics are written when it ends. ``log_event`` is pinned
+def entry_point(function: LambdaFunction) -> Callable[[Handler], Handler]:
+    """Every entry point's Powertools context and metrics: the invocation's metrics carry
+    ``function``'s ``Function`` dimension and are written when it ends. ``log_event`` is pinned
     off whatever POWERTOOLS_LOGGER_LOG_EVENT says: an init request, a direct worker event and a
     failure destination's record all carry the callback key in clear, and logs are for many
     readers."""
@@ -64,7 +58,7 @@ def entry_point(function: str) -> Callable[[Handler], Handler]:
     def wrap(handle: Handler) -> Handler:
         @functools.wraps(handle)
         def invoked(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-            with runtime.invocation(function):
+            with runtime.invocation(function.names.dimension):
                 return handle(event, context)
 
         wrapped: Handler = logger.inject_lambda_context(invoked, clear_state=True, log_event=False)
@@ -73,7 +67,7 @@ def entry_point(function: str) -> Callable[[Handler], Handler]:
     return wrap
 
 
-@entry_point("api")
+@entry_point(LambdaFunction.API)
 def api(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """API function: init, health and platform health through Mangum."""
     from rollout_sdk.aws.handlers import api as api_events
@@ -81,7 +75,7 @@ def api(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return api_events.handle(runtime, event, context)
 
 
-@entry_point("worker")
+@entry_point(LambdaFunction.WORKER)
 def worker(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Worker function: run one rollout and call TrainGate back."""
     from rollout_sdk.aws.handlers import worker as worker_events
@@ -89,7 +83,7 @@ def worker(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return worker_events.handle(runtime, event, context)
 
 
-@entry_point("failure")
+@entry_point(LambdaFunction.WORKER_FAILED)
 def worker_failed(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """The worker's on-failure destination: report the rollout once."""
     from rollout_sdk.aws.handlers import failure
@@ -97,7 +91,7 @@ def worker_failed(event: dict[str, Any], context: LambdaContext) -> dict[str, An
     return failure.handle(runtime, event, context)
 
 
-@entry_point("redrive")
+@entry_point(LambdaFunction.REDRIVE)
 def redrive(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Scheduled: send undelivered final responses again."""
     from rollout_sdk.aws.handlers import redrive as redrive_schedule
@@ -105,7 +99,7 @@ def redrive(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return redrive_schedule.handle(runtime, event, context)
 
 
-@entry_point("queue_worker")
+@entry_point(LambdaFunction.QUEUE_WORKER)
 def worker_batch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Queue hand-off: run a batch of rollouts from SQS together (partial-batch failures)."""
     from rollout_sdk.aws.handlers import queue
@@ -113,7 +107,7 @@ def worker_batch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any
     return queue.handle(runtime, event, context)
 
 
-@entry_point("dead_letter")
+@entry_point(LambdaFunction.DEAD_LETTERS)
 def dead_letters(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Queue hand-off: report rollouts whose messages the queue gave up on."""
     from rollout_sdk.aws.handlers import dead_letter

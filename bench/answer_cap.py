@@ -110,9 +110,9 @@ def _serve(case: str) -> int:
 
 
 async def _calls(url: str, capped: bool) -> dict[str, Any]:
-    from rollout_sdk.engine.client import TrainGateClient
-    from rollout_sdk.engine.outbound import OutboundPolicy
-    from rollout_sdk.engine.transport import AiohttpTransport
+    from rollout_sdk.traingate.client import TrainGateClient
+    from rollout_sdk.traingate.outbound import OutboundPolicy
+    from rollout_sdk.traingate.transport import AiohttpTransport
 
     transport = None if capped else AiohttpTransport(max_answer_bytes=None)
     client = TrainGateClient(policy=OutboundPolicy(), transport=transport)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollout_sdk.engine.client import CHAT_PATH, COMPLETED_PATH
+from rollout_sdk.traingate.client import CHAT_PATH, COMPLETED_PATH
 from testkit import REPO_ROOT
 from testkit.aws import fake_aws_env
 

@@ -3,7 +3,7 @@
 Inputs: ``bench/results/handoff-latest.json`` (`python -m bench.handoff`: invocation durations
 per hand-off mode with a 2 s model) and the DynamoDB item sizes of a real calculator rollout,
 encoded by :class:`DynamoDBStore` at each step. Prices are the kit's one price table
-(:data:`rollout_sdk.engine.cost.PRICE_TABLE`, us-east-1 on demand, with the page and date each
+(:data:`rollout_sdk.prices.PRICE_TABLE`, us-east-1 on demand, with the page and date each
 was read), which the per-rollout estimate uses too; change them there when they move.
 
 Usage: python -m bench.cost
@@ -19,23 +19,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rollout_sdk.engine.cost import (
-    PRICE_TABLE,
-    PRICES_READ,
-    QUEUE_REQUESTS_PER_BATCH,
-    CostEstimate,
-    LambdaPart,
-    Usage,
-    effective_prices,
-)
-from rollout_sdk.engine.record import RecordState, RolloutRecord
+from rollout_sdk.aws.metering import QUEUE_REQUESTS_PER_BATCH
+from rollout_sdk.cost.usage import CostEstimate, LambdaPart, Usage
+from rollout_sdk.prices import PRICE_TABLE, PRICES_READ, effective_prices
 from rollout_sdk.protocol import InitResponse, RolloutRequest, RolloutResponse, RolloutStatus
 from rollout_sdk.store.dynamodb import DynamoDBStore
+from rollout_sdk.store.record import RecordState, RolloutRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 
-#: USD, us-east-1, on demand: the kit's one price table (rollout_sdk/engine/cost.py).
+#: USD, us-east-1, on demand: the kit's one price table (rollout_sdk/prices.py).
 PRICES = effective_prices()
 #: The queue's message carries the callback key sealed: an Encrypt at init, a Decrypt in the worker.
 KMS_REQUESTS_PER_QUEUED_ROLLOUT = 2
@@ -262,7 +256,7 @@ def render(measured: dict[str, Any], units: dict[str, Any]) -> str:
         f"- CloudWatch Logs: about {LOG_BYTES_PER_ROLLOUT} bytes of JSON log lines per rollout.",
         "",
         "Prices (USD, us-east-1, on demand, first tier), the kit's one table (`PRICE_TABLE` in",
-        f"`rollout_sdk/engine/cost.py`), each read on {PRICES_READ} from the stored copies of the",
+        f"`rollout_sdk/prices.py`), each read on {PRICES_READ} from the stored copies of the",
         "pages named. AWS's pricing pages draw their rate tables by script, so most figures could",
         "be checked only against summaries of those pages, as the last column says: verify them",
         "on the pages before relying on them, and override any with `ROLLOUT_SDK_PRICES`.",

@@ -35,12 +35,12 @@ from typing import Any
 from examples.calculator.agent import agent_loop
 from rollout_sdk.dispatch.base import Job
 from rollout_sdk.engine.assembly import Engine
-from rollout_sdk.engine.client import TrainGateClient
-from rollout_sdk.engine.record import RolloutRecord
 from rollout_sdk.engine.worker import RolloutWorker
 from rollout_sdk.protocol import InitResponse, RolloutRequest
 from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.memory import MemoryStore
+from rollout_sdk.store.record import RolloutRecord
+from rollout_sdk.traingate.client import TrainGateClient
 from testkit.standin_server import standin_process
 
 RESULTS = Path(__file__).resolve().parent / "results"

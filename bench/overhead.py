@@ -22,8 +22,8 @@ import aiohttp
 
 from bench.common import median
 from rollout_sdk.agent.loop import RolloutLLMClient
-from rollout_sdk.engine.client import CHAT_PATH, TrainGateClient
 from rollout_sdk.settings import RolloutClientSettings
+from rollout_sdk.traingate.client import CHAT_PATH, TrainGateClient
 from testkit.bodies import COMPLETION_PARAMS, first_messages
 from testkit.standin_server import standin_process
 

@@ -62,10 +62,10 @@ from testkit.dynamo_reads import Counted, DynamoReads, describe
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-    from rollout_sdk.engine.record import RolloutRecord
-    from rollout_sdk.engine.vault import KeyVault
     from rollout_sdk.store.dynamodb import DynamoDBStore
+    from rollout_sdk.store.record import RolloutRecord
     from rollout_sdk.testing.standin import TrainGateStandIn
+    from rollout_sdk.vault import KeyVault
 
 TEMPLATE = REPO_ROOT / "template.yaml"
 DEFAULT_SIZES = (1_000, 10_000, 100_000)
@@ -114,8 +114,8 @@ def _response(rollout_id: str, messages: list[dict[str, Any]]) -> dict[str, Any]
 def new_record(rollout_id: str, server_url: str, now: float) -> RolloutRecord:
     """The ACCEPTED record of a calculator init (the calculator's tools in its 202 body)."""
     from examples.calculator.agent import TOOLS
-    from rollout_sdk.engine.record import RolloutRecord
     from rollout_sdk.protocol import InitResponse, RolloutRequest
+    from rollout_sdk.store.record import RolloutRecord
 
     request = RolloutRequest.model_validate(
         calculator_body(rollout_id, server_url, callback_key=CALLBACK_KEY)
@@ -134,8 +134,8 @@ class DeliveredRecords:
     and response (building each through pydantic would cost more than moto's write of it)."""
 
     def __init__(self, server_url: str, now: float, prefix: str) -> None:
-        from rollout_sdk.engine.record import RecordState, expiry
         from rollout_sdk.protocol import RolloutRequest
+        from rollout_sdk.store.record import RecordState, expiry
 
         self.prefix = prefix
         base = new_record(f"{prefix}-0", server_url, now)
@@ -155,7 +155,7 @@ class DeliveredRecords:
         return f"{self.prefix}-{index}"
 
     def record(self, index: int) -> RolloutRecord:
-        from rollout_sdk.engine.record import idempotency_slot, request_fingerprint
+        from rollout_sdk.store.record import idempotency_slot, request_fingerprint
 
         rollout_id = self.rollout_id(index)
         request = {**self.base.request, "rollout_id": rollout_id}
@@ -283,8 +283,8 @@ def seed_delivered(
 async def park(store: DynamoDBStore, vault: KeyVault, rollout_id: str, server_url: str) -> None:
     """One rollout parked as the kit parks it: created, run, finished, every callback attempt
     failed, the key sealed, due from a second before now."""
-    from rollout_sdk.engine.record import expiry
     from rollout_sdk.protocol import RolloutResponse
+    from rollout_sdk.store.record import expiry
 
     now = time.time()
     record = new_record(rollout_id, server_url, now - 30)
@@ -379,8 +379,8 @@ async def redrive_passes(
 ) -> list[Pass]:
     """``passes`` re-drive passes in a row, each counted and timed."""
     from rollout_sdk.engine.assembly import Engine
-    from rollout_sdk.engine.client import TrainGateClient
     from rollout_sdk.settings import RolloutSettings
+    from rollout_sdk.traingate.client import TrainGateClient
 
     settings = RolloutSettings()
     client = TrainGateClient(settings.client)
@@ -454,9 +454,9 @@ def measure_size(
 ) -> dict[str, Any]:
     """Park 10 rollouts in a fresh table, seed it with ``size`` delivered records, run two
     passes."""
-    from rollout_sdk.engine.vault import LocalVault
     from rollout_sdk.local.emulator import local_client, provision_table
     from rollout_sdk.store.dynamodb import DynamoDBStore
+    from rollout_sdk.vault import LocalVault
 
     table = provision_table(endpoint, template_path=TEMPLATE, table_name=f"bench-redrive-{size}")
     seeder = seeding_client(endpoint, threads)

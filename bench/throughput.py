@@ -52,10 +52,10 @@ from bench.common import (
     peak_rss,
     steady_window,
 )
-from rollout_sdk.engine.client import CHAT_PATH, COMPLETED_PATH
-from rollout_sdk.local.demo import percentile
+from rollout_sdk.local.progress import percentile
 from rollout_sdk.testing.standin import TrainGateStandIn
 from rollout_sdk.testing.threads import ServerThread
+from rollout_sdk.traingate.client import CHAT_PATH, COMPLETED_PATH
 from testkit import REPO_ROOT
 from testkit.bodies import COMPLETION_PARAMS, calculator_body, first_messages, make_questions
 from testkit.processes import ServerProcess
@@ -527,7 +527,7 @@ async def shared_poster(client: str, url: str, authorization: str) -> Any:
             yield HttpxPoster(cast(Any, http2))  # the same API, another package
         return
     if client == "kit-transport":
-        from rollout_sdk.engine.transport import AiohttpTransport as KitTransport
+        from rollout_sdk.traingate.transport import AiohttpTransport as KitTransport
 
         kit = KitTransport()
         try:

@@ -36,11 +36,6 @@ if TYPE_CHECKING:
         register_agent_loop,
         unregister_agent_loop,
     )
-    from rollout_sdk.agent.serve import (
-        DEFAULT_HOST,
-        DEFAULT_PORT,
-        serve_agent_loop,
-    )
     from rollout_sdk.agent.tools import (
         count_messages_by_role,
         create_tool_error_result,
@@ -105,6 +100,11 @@ if TYPE_CHECKING:
         RolloutResponse,
         RolloutStatus,
         ToolResponse,
+    )
+    from rollout_sdk.serving import (
+        DEFAULT_HOST,
+        DEFAULT_PORT,
+        serve_agent_loop,
     )
     from rollout_sdk.settings import (
         RolloutClientSettings,
@@ -212,7 +212,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "set_max_metadata_size_bytes",
     ),
     "rollout_sdk.http.app": ("create_app",),
-    "rollout_sdk.agent.serve": ("DEFAULT_HOST", "DEFAULT_PORT", "serve_agent_loop"),
+    "rollout_sdk.serving": ("DEFAULT_HOST", "DEFAULT_PORT", "serve_agent_loop"),
 }
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

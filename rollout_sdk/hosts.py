@@ -3,7 +3,7 @@ literally), a host's normal form, and the allowlist's ``host`` / ``host:port`` e
 as the kit shows it, its credentials cut (:func:`redact_url`).
 
 A leaf (the standard library only): the settings validate ``ROLLOUT_SDK_ALLOWED_SERVER_HOSTS``
-with it, the outbound policy (:mod:`rollout_sdk.engine.outbound`) judges addresses with it, and
+with it, the outbound policy (:mod:`rollout_sdk.traingate.outbound`) judges addresses with it, and
 ``rollout-sdk test`` shows its ``--base-url`` with it.
 """
 

@@ -74,6 +74,7 @@ def import_fastmcp() -> types.ModuleType:
     try:
         with warnings.catch_warnings(record=True):
             warnings.simplefilter("ignore")
+            # Here: fastmcp is the optional mcp extra; this says which extra when it is missing.
             import fastmcp
     except ImportError as exc:
         raise MCPLoadError(
@@ -308,6 +309,7 @@ class MCPAgentLoop(RolloutAgentLoop):
         error: FastMCP's ``ToolError`` and argument validation errors as they are, anything
         else as ``ToolError("Error calling tool 'name': ...")``, as FastMCP's own call does."""
         fastmcp = import_fastmcp()
+        # Here: the mcp extra, loaded with the server (import_fastmcp).
         from fastmcp.exceptions import FastMCPError, NotFoundError, ToolError
         from pydantic import ValidationError
 

@@ -4,7 +4,7 @@ The checks use the standard library only, so importing this module is light. The
 what the v1 SDK asked, in the same order: first the cloud metadata services (AWS IMDSv2, GCP,
 Azure) at once, then, if none knows a public address, four public "what is my IP" services at
 once; the first valid IPv4 answer wins. The requests go through the kit's HTTP stack (an httpx
-transport over aiohttp, :mod:`rollout_sdk.engine.transport`), imported only when detecting.
+transport over aiohttp, :mod:`rollout_sdk.traingate.transport`), imported only when detecting.
 Unlike v1, the whole detection has one deadline, and the endpoints can be replaced (tests serve
 them on 127.0.0.1).
 """
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from rollout_sdk.errors import PublicIPDetectionError
 
 if TYPE_CHECKING:
+    # Here, as above: no HTTP client at import.
     import httpx
 
 logger = logging.getLogger(__name__)
@@ -119,7 +120,8 @@ async def _detect(
     seconds: float,
     transport: httpx.AsyncBaseTransport | None,
 ) -> str:
-    from rollout_sdk.engine.transport import AiohttpTransport
+    # Here: v1's helper; importing the facade's network names loads no HTTP client.
+    from rollout_sdk.traingate.transport import AiohttpTransport
 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
@@ -202,6 +204,7 @@ class _Http:
         params: dict[str, str] | None = None,
         seconds: float,
     ) -> httpx.Response | None:
+        # Here, as above: no HTTP client at import.
         import httpx
 
         timeouts = dict.fromkeys(("connect", "read", "write", "pool"), seconds)

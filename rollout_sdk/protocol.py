@@ -28,6 +28,10 @@ from rollout_sdk.json_scan import Skeleton
 
 Message = dict[str, Any]
 
+#: The one key of a final response's ``extra_fields`` the kit writes under (its failure
+#: category, its cost estimate).
+EXTRA_KEY = "rollout_sdk"
+
 #: Default limit on ``RolloutRequest.metadata`` (UTF-8 JSON bytes); see settings.
 DEFAULT_MAX_METADATA_SIZE_BYTES = 1024 * 1024
 
@@ -38,7 +42,7 @@ MAX_JSON_NESTING = 64
 # Keys that fit the store. ``rollout_id`` and ``idempotency_key`` become parts of store keys:
 # DynamoDB's ``pk`` is ``rollout#<rollout_id>`` (8 bytes of prefix) for the record and
 # ``slot#key:<idempotency_key>`` or ``slot#rid:<rollout_id>`` (9 bytes) for the idempotency slot
-# (store/dynamodb.py, engine/record.py idempotency_slot). A partition key value is at most
+# (store/dynamodb.py, store/record.py idempotency_slot). A partition key value is at most
 # 2,048 bytes (AWS, "Constraints in Amazon DynamoDB"; a sort key 1,024, but the table's only
 # sort key, the due index's due_at, is a number). SQLite's keys are TEXT columns, bounded only by
 # SQLITE_MAX_LENGTH (10^9 bytes), and the memory store's by nothing, so DynamoDB's is the bound.
@@ -360,7 +364,7 @@ class RolloutRequest(_Wire):
     messages: list[Message]
     completion_params: dict[str, Any]
     #: Stored and handed to the agent as v1 did; the kit itself never contacts it, so the
-    #: outbound policy (rollout_sdk/engine/outbound.py) does not check it: an agent that calls
+    #: outbound policy (rollout_sdk/traingate/outbound.py) does not check it: an agent that calls
     #: it uses its own HTTP client.
     tool_server_url: str | None = None
     max_turns: int = Field(10, ge=1, le=MAX_COUNT)

@@ -17,6 +17,8 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rollout_sdk.errors import ConfigurationError
+from rollout_sdk.hosts import parse_allowed_hosts
+from rollout_sdk.prices import price_overrides
 from rollout_sdk.protocol import DEFAULT_MAX_METADATA_SIZE_BYTES
 
 CLIENT_PREFIX = "OSMOSIS_ROLLOUT_CLIENT_"
@@ -42,7 +44,7 @@ class RolloutClientSettings(BaseSettings):
     max_connections: int = Field(100, ge=1, le=100_000)
     # Accepted and checked, as in v1, but the kit's aiohttp pool has no cap of its own on idle
     # connections: they are bounded by max_connections and dropped after 4 s idle
-    # (rollout_sdk/engine/transport.py). httpx's own pool, given as the client's transport,
+    # (rollout_sdk/traingate/transport.py). httpx's own pool, given as the client's transport,
     # honours it.
     max_keepalive_connections: int = Field(20, ge=0, le=100_000)
 
@@ -99,7 +101,7 @@ class KitSettings(BaseSettings):
     max_tools: int = Field(1_000, ge=10, le=1_000_000)
     #: Hosts ``server_url`` may name, comma-separated, each ``host`` or ``host:port``; empty
     #: allows any host the outbound policy allows. A host named here is called at any address
-    #: but a link-local one (a private TrainGate inside the VPC): rollout_sdk/engine/outbound.py.
+    #: but a link-local one (a private TrainGate inside the VPC): rollout_sdk/traingate/outbound.py.
     allowed_server_hosts: str = ""
     #: Accept ``server_url`` hosts in 169.254.0.0/16 and fe80::/10 (cloud metadata lives there).
     allow_link_local: bool = False
@@ -108,7 +110,7 @@ class KitSettings(BaseSettings):
     #: ``rollout-sdk invoke``: public; ``serve``, ``demo``, ``test``: private).
     outbound_addresses: Literal["public", "private"] | None = None
     #: The largest answer body (after decoding) read from TrainGate or an endpoint; past it the
-    #: call fails. 32 MiB: a real chat answer is about 1 MB at most (engine/outbound.py).
+    #: call fails. 32 MiB: a real chat answer is about 1 MB at most (traingate/outbound.py).
     max_answer_bytes: int = Field(32 * 1024 * 1024, ge=64 * 1024, le=1024 * 1024 * 1024)
     #: Rollouts one local process holds beyond those running; past it, init answers 429.
     #: 0 refuses at the concurrency limit.
@@ -126,22 +128,18 @@ class KitSettings(BaseSettings):
     #: minute; a pass holds the pass lease until it ends), and sends this many at once.
     redrive_pass_seconds: float = Field(40.0, ge=1, le=3600)
     redrive_concurrency: int = Field(16, ge=1, le=1000)
-    #: Overrides of the per-rollout cost estimate's prices (``rollout_sdk.engine.cost``): a JSON
+    #: Overrides of the per-rollout cost estimate's prices (``rollout_sdk.prices``): a JSON
     #: object of US dollars by price name; an unknown name or a negative price is refused.
     prices: str = ""
 
     @field_validator("prices")
     @classmethod
     def _known_prices(cls, value: str) -> str:
-        from rollout_sdk.engine.cost import price_overrides
-
         price_overrides(value)  # ValueError naming each bad key
         return value
 
     def price_overrides(self) -> dict[str, float]:
         """``ROLLOUT_SDK_PRICES``, parsed: the prices it overrides, by name."""
-        from rollout_sdk.engine.cost import price_overrides
-
         return price_overrides(self.prices)
 
     @model_validator(mode="after")
@@ -156,8 +154,6 @@ class KitSettings(BaseSettings):
     @field_validator("allowed_server_hosts")
     @classmethod
     def _parsable_hosts(cls, value: str) -> str:
-        from rollout_sdk.hosts import parse_allowed_hosts
-
         parse_allowed_hosts(value)  # ValueError naming the bad entry
         return value
 

@@ -6,8 +6,8 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rollout_sdk.engine.record import RolloutRecord
     from rollout_sdk.store.base import Store, TransitionResult
+    from rollout_sdk.store.record import RolloutRecord
 
 
 def park_due_now(

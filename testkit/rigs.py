@@ -371,6 +371,8 @@ class AwsRig(StartStop):
             }
             if str(REPO_ROOT) not in sys.path:
                 sys.path.insert(0, str(REPO_ROOT))
+            from rollout_sdk.aws.handlers.api import adapter_for
+
             for _ in range(self.size):
                 module = import_handler(self.env)
                 runtime = module.runtime
@@ -378,7 +380,7 @@ class AwsRig(StartStop):
                 # is not safe to build clients from in several threads at once.
                 for client in ("dynamodb", "s3", "lambda_", "kms", "secretsmanager"):
                     getattr(runtime.clients, client)
-                runtime.api_handler  # noqa: B018 - builds the app
+                adapter_for(runtime)  # builds the app and its adapter
                 runtime.worker  # noqa: B018
                 self.modules.append(module)
                 self.pools.append(

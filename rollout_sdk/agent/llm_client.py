@@ -9,7 +9,7 @@ documented::
         result = await client.chat_completions(messages, temperature=0.7)
         await client.complete_rollout("COMPLETED", [*messages, result.message])
 
-It owns a :class:`~rollout_sdk.engine.client.TrainGateClient` (its own connection pool, closed by
+It owns a :class:`~rollout_sdk.traingate.client.TrainGateClient` (its own connection pool, closed by
 :meth:`close`), so the kit's retry rules apply: 5xx, 408, 429, timeouts and dropped connections
 are retried with backoff and jitter, ``Retry-After`` is honoured, any 2xx is success.
 """
@@ -57,8 +57,8 @@ class OsmosisLLMClient(RolloutLLMClient):
     ) -> None:
         # Imported here: naming this class (``from rollout_sdk import OsmosisLLMClient``) must
         # not load the settings or the HTTP stack.
-        from rollout_sdk.engine.client import TrainGateClient
         from rollout_sdk.settings import get_settings
+        from rollout_sdk.traingate.client import TrainGateClient
 
         base = settings if settings is not None else get_settings().client
         self.timeout_seconds: float = timeout_seconds or base.timeout_seconds

@@ -26,7 +26,7 @@ from rollout_sdk.protocol import (
 if TYPE_CHECKING:
     import asyncio
 
-    from rollout_sdk.engine.client import TrainGateClient
+    from rollout_sdk.traingate.client import TrainGateClient
 
 logger = logging.getLogger(__name__)
 

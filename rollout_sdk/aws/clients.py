@@ -1,11 +1,13 @@
-"""The Lambda functions' boto3 clients, each built on first use."""
+"""The Lambda functions' boto3 clients, each built on first use: boto3 and botocore's endpoint
+data are imported then, inside the property, so a function that never calls a service does not
+pay for that service's client at its cold start."""
 
 from __future__ import annotations
 
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from rollout_sdk.engine.cost import instrument
+from rollout_sdk.aws.metering import instrument
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -22,7 +24,7 @@ class AwsClients:
     Credentials and region come from the function's environment, as on Lambda;
     ``endpoint_url`` points every client at an emulator (moto's server) for local runs and tests.
     Each client's requests are counted into the cost estimate of the rollout that makes them
-    (:func:`rollout_sdk.engine.cost.instrument`).
+    (:func:`rollout_sdk.aws.metering.instrument`).
     """
 
     def __init__(self, *, endpoint_url: str | None = None, max_pool_connections: int = 10) -> None:

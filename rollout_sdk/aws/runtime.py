@@ -8,38 +8,43 @@ event loop they all run on.
 Nothing here touches the network at import or construction: boto3 clients connect on first use,
 and the server key is read from Secrets Manager (through Powertools Parameters, cached) on the
 first request that needs it.
+
+Every piece is a cached property that imports its module when first built: a function's cold
+start loads only what its own handler touches (``tests/aws/test_entry_imports.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Iterator
-from contextlib import contextmanager
+from collections.abc import Coroutine, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from rollout_sdk.aws.clients import AwsClients
 from rollout_sdk.errors import ConfigurationError
 from rollout_sdk.settings import get_settings, load_lambda_settings
+from rollout_sdk.stack import LambdaFunction
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from rollout_sdk.agent.loop import RolloutAgentLoop
+    from rollout_sdk.aws.metering import Costs
     from rollout_sdk.aws.telemetry import EmfTelemetry
+    from rollout_sdk.cost.usage import CostEstimate
     from rollout_sdk.dispatch.base import Dispatcher
     from rollout_sdk.engine.assembly import Engine
-    from rollout_sdk.engine.client import TrainGateClient
-    from rollout_sdk.engine.cost import CostEstimate, Costs
-    from rollout_sdk.engine.record import RolloutRecord
     from rollout_sdk.engine.recovery import Recovery
     from rollout_sdk.engine.settlement import Settlement
-    from rollout_sdk.engine.vault import KeyVault
     from rollout_sdk.engine.worker import RolloutWorker
     from rollout_sdk.http.auth import KeyProvider
     from rollout_sdk.settings import LambdaSettings, RolloutSettings
     from rollout_sdk.store.base import Store
+    from rollout_sdk.store.record import RolloutRecord
+    from rollout_sdk.traingate.client import TrainGateClient
+    from rollout_sdk.vault import KeyVault
 
 T = TypeVar("T")
 
@@ -121,9 +126,9 @@ class LambdaRuntime:
     @classmethod
     def from_environment(cls, *, clients: AwsClients | None = None) -> LambdaRuntime:
         """Build from the environment ``template.yaml`` sets. Raises ConfigurationError."""
-        from rollout_sdk.agent.loader import load_agent_loop
         from rollout_sdk.agent.validation import validate_agent_loop
-        from rollout_sdk.engine.cost import init_duration
+        from rollout_sdk.aws.metering import init_duration
+        from rollout_sdk.loader import load_agent_loop
 
         started = time.perf_counter()
 
@@ -150,6 +155,25 @@ class LambdaRuntime:
             yield
         finally:
             telemetry.flush()
+
+    def metered(
+        self,
+        function: LambdaFunction,
+        context: Any = None,
+        *,
+        seats: int = 0,
+        shares_request: bool = True,
+    ) -> AbstractContextManager[Any]:
+        """The cost meter's invocation of ``function`` (its cost label and hand-off) for the
+        code run inside: ``seats`` rollouts from the start (a batch), sharing its request
+        (``shares_request``) and the cold start's init."""
+        return self.costs.invocation(
+            function.names.cost_label,
+            context,
+            hand_off=function.hand_off_in(self.aws.hand_off),
+            seats=seats,
+            shares_request=shares_request,
+        )
 
     def run(self, work: Coroutine[Any, Any, T]) -> T:
         """Run ``work`` to completion on the environment's one loop."""
@@ -179,8 +203,8 @@ class LambdaRuntime:
     def costs(self) -> Costs:
         """The environment's facts for the per-rollout cost estimate; the handlers open its
         invocations. ``costs.sink`` is where a rollout's full figure goes once it is final."""
-        from rollout_sdk.engine.cost import Costs
-        from rollout_sdk.engine.telemetry import Metric
+        from rollout_sdk.aws.metering import Costs
+        from rollout_sdk.telemetry import Metric
 
         costs = Costs.for_lambda(self.settings, init_seconds=self.init_seconds)
         telemetry = self.telemetry
@@ -219,8 +243,8 @@ class LambdaRuntime:
     @cached_property
     def client(self) -> TrainGateClient:
         """The process's one TrainGate client."""
-        from rollout_sdk.engine.client import TrainGateClient
-        from rollout_sdk.engine.outbound import OutboundPolicy, Reach
+        from rollout_sdk.traingate.client import TrainGateClient
+        from rollout_sdk.traingate.outbound import OutboundPolicy, Reach
 
         # On Lambda the kit calls public addresses only, and hosts the operator names
         # (AllowedServerHosts): it may run inside the user's VPC (docs/security.md).
@@ -231,7 +255,7 @@ class LambdaRuntime:
     def vault(self) -> KeyVault | None:
         """KMS (CALLBACK_KEY_KMS_KEY_ID), for callback keys of responses parked for re-drive and
         of the rollout queue's messages."""
-        from rollout_sdk.engine.vault import KmsVault
+        from rollout_sdk.vault import KmsVault
 
         key_id = self.aws.callback_key_kms_key_id
         return KmsVault(key_id, client=lambda: self.clients.kms) if key_id else None
@@ -240,6 +264,7 @@ class LambdaRuntime:
     def engine(self) -> Engine:
         """The environment's one engine (worker, delivery, settlement, recovery), on the same
         store, client and vault; the API function's app shares it."""
+        from rollout_sdk.aws.ledger import MeteredLedger
         from rollout_sdk.engine.assembly import Engine
 
         return Engine.build(
@@ -249,6 +274,7 @@ class LambdaRuntime:
             vault=self.vault,
             agent_loop=self.agent_loop,
             telemetry=self.telemetry,
+            costs=MeteredLedger(),
         )
 
     @cached_property
@@ -287,7 +313,10 @@ class LambdaRuntime:
 
     @cached_property
     def dispatcher(self) -> Dispatcher:
-        """The hand-off the template chose: an asynchronous invoke, or the rollout queue."""
+        """The hand-off the template chose: an asynchronous invoke, or the rollout queue, each
+        carrying the API function's part of the rollout's cost in the job."""
+        from rollout_sdk.cost.meter import carried
+
         if self.aws.hand_off == "queue":
             from rollout_sdk.dispatch.sqs import SqsDispatcher
 
@@ -300,13 +329,15 @@ class LambdaRuntime:
                     "HAND_OFF is queue but CALLBACK_KEY_KMS_KEY_ID is not set: the queue's "
                     "messages carry the callback key sealed with that KMS key"
                 )
-            return SqsDispatcher(self.aws.queue_url, client=self.clients.sqs, vault=self.vault)
+            return SqsDispatcher(
+                self.aws.queue_url, client=self.clients.sqs, vault=self.vault, cost_share=carried
+            )
         from rollout_sdk.dispatch.aws_lambda import LambdaDispatcher
 
         function = self.aws.worker_function_name
         if not function:
             raise ConfigurationError("WORKER_FUNCTION_NAME is not set (template.yaml sets it)")
-        return LambdaDispatcher(function, client=self.clients.lambda_)
+        return LambdaDispatcher(function, client=self.clients.lambda_, cost_share=carried)
 
     @cached_property
     def app(self) -> FastAPI:
@@ -328,13 +359,6 @@ class LambdaRuntime:
             # The API's cold start builds only the models its routes declare.
             build_all_models=False,
         )
-
-    @cached_property
-    def api_handler(self) -> Callable[[dict[str, Any], Any], dict[str, Any]]:
-        """The API function's adapter around the app (Mangum, lifespan off)."""
-        from rollout_sdk.aws.handlers.api import adapter
-
-        return adapter(self.app)
 
 
 async def _no_keys() -> list[str]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from rollout_sdk.errors import ConfigurationError
 
 if TYPE_CHECKING:
+    # Here: only the API function reads the secret, at its first protected request.
     from aws_lambda_powertools.utilities.parameters import SecretsProvider
     from mypy_boto3_secretsmanager import SecretsManagerClient
 
@@ -90,6 +91,7 @@ class SecretServerKeys:
 
     @cached_property
     def _provider(self) -> SecretsProvider:
+        # Here: only the API function reads the secret, at its first protected request.
         from aws_lambda_powertools.utilities.parameters import SecretsProvider
 
         return SecretsProvider(boto3_client=self._client() if self._client else None)

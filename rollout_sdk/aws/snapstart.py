@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rollout_sdk.aws.runtime import LambdaRuntime
-    from rollout_sdk.engine.client import TrainGateClient
+    from rollout_sdk.traingate.client import TrainGateClient
 
 logger = logging.getLogger("rollout_sdk.aws.snapstart")
 

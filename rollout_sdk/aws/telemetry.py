@@ -28,7 +28,7 @@ that stack (Powertools' ``capture_method``, ``in_subsegment_async``) would paren
 chat call under another's and close the wrong one.
 
 Neither ever fails a rollout: each swallows its failures and logs the first
-(:class:`~rollout_sdk.engine.telemetry.EmitFailures`).
+(:class:`~rollout_sdk.telemetry.EmitFailures`).
 """
 
 from __future__ import annotations
@@ -37,9 +37,11 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
-from rollout_sdk.engine.telemetry import EmitFailures, Metric, Span
+from rollout_sdk.stack import LambdaFunction
+from rollout_sdk.telemetry import EmitFailures, Metric, Span
 
 if TYPE_CHECKING:
+    # Here: the EMF provider loads with the first metric, not at import.
     from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import (
         AmazonCloudWatchEMFProvider,
     )
@@ -65,21 +67,13 @@ UNITS: dict[Metric, tuple[str, float]] = {
 #: The port's dimension names as CloudWatch spells them.
 DIMENSIONS = {"status": "Status", "category": "Category"}
 
-#: The hand-off mode each function runs in by construction; the API and re-drive functions run
-#: in the stack's (HAND_OFF).
-_FUNCTION_HAND_OFF = {
-    "worker": "direct",
-    "failure": "direct",
-    "queue_worker": "queue",
-    "dead_letter": "queue",
-}
-
 
 def hand_off_of(function: str, configured: str) -> str:
-    """The ``HandOff`` dimension of ``function`` in a stack whose hand-off is ``configured``: the
-    worker and its failure destination serve direct hand-offs, the queue worker and the
-    dead-letter function queued ones (only the API and re-drive functions have HAND_OFF)."""
-    return _FUNCTION_HAND_OFF.get(function, configured)
+    """The ``HandOff`` dimension of the function whose ``Function`` dimension is ``function``,
+    in a stack whose hand-off is ``configured`` (:class:`~rollout_sdk.stack.
+    LambdaFunction` says which serve one by construction)."""
+    named = LambdaFunction.by_dimension(function)
+    return named.hand_off_in(configured) if named is not None else configured
 
 
 class XRaySpans:
@@ -91,6 +85,7 @@ class XRaySpans:
     """
 
     def __init__(self, *, service: str = "rollout-sdk", tracer: Any = None) -> None:
+        # Here: the X-Ray SDK loads only with Tracing on (the cold start pays for it then).
         from aws_xray_sdk.core.models.subsegment import Subsegment
         from aws_xray_sdk.core.utils.stacktrace import get_stacktrace
 
@@ -203,6 +198,7 @@ class EmfTelemetry:
             blob.add_metric(name=metric.value, unit=unit, value=float(value) * factor)
 
     def _blob(self, dimensions: dict[str, str]) -> AmazonCloudWatchEMFProvider:
+        # Here: the EMF provider loads with the first metric, not at import.
         from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import (
             AmazonCloudWatchEMFProvider,
         )

@@ -8,7 +8,7 @@ redelivered message finds its record already claimed, running or finished.
 Anyone the account allows to receive from the queue or its dead-letter queue reads the message
 bodies (SQS's own encryption at rest, SSE-SQS, decrypts for every such reader). So the callback
 key never travels in clear there: the body carries it sealed with the stack's KMS key, under the
-same encryption context as the keys of parked responses (:class:`~rollout_sdk.engine.vault.
+same encryption context as the keys of parked responses (:class:`~rollout_sdk.vault.
 KmsVault`): its purpose and the rollout id, so it opens only for the body's own rollout. Only
 the functions allowed ``kms:Decrypt`` on that key can open it.
 """
@@ -19,31 +19,29 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from rollout_sdk.dispatch.aws_lambda import COST_FIELD, job_from_event
-from rollout_sdk.dispatch.base import Job, RemoteDispatcher
+from rollout_sdk.dispatch.base import COST_FIELD, CostShare, Job, RemoteDispatcher, job_from_event
 from rollout_sdk.errors import DispatchError, StoreError
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-    from rollout_sdk.engine.vault import KeyVault
+    from rollout_sdk.vault import KeyVault
 
 #: The body's field holding the sealed callback key (messages sent before sealing carry
 #: ``api_key`` instead).
 SEALED_KEY_FIELD = "sealed_api_key"
 
 
-def message_body(
-    job: Job, sealed_api_key: str | None, *, cost: dict[str, Any] | None = None
-) -> str:
+def message_body(job: Job, sealed_api_key: str | None) -> str:
     """A rollout-queue message's body: the job, its callback key sealed (never ``api_key``),
-    and ``cost``, what the rollout used so far (the API function's part of its estimate)."""
+    and the job's ``cost``, what the rollout used so far (the API function's part of its
+    estimate)."""
     body: dict[str, Any] = {
         "rollout_id": job.rollout_id,
         "attempt": job.attempt,
         SEALED_KEY_FIELD: sealed_api_key,
     }
-    return json.dumps(body if cost is None else {**body, COST_FIELD: cost})
+    return json.dumps(body if job.cost is None else {**body, COST_FIELD: job.cost})
 
 
 @dataclass(frozen=True)
@@ -52,12 +50,15 @@ class QueuedJob:
 
     job: Job
     sealed_api_key: str | None = field(default=None, repr=False)
-    #: What the rollout used before it was queued (the API function's part of its cost).
-    cost: dict[str, Any] | None = None
 
     @property
     def rollout_id(self) -> str:
         return self.job.rollout_id
+
+    @property
+    def cost(self) -> dict[str, Any] | None:
+        """What the rollout used before it was queued (the API function's part of its cost)."""
+        return self.job.cost
 
     async def open(self, vault: KeyVault | None) -> Job:
         """The job with its callback key in clear; StoreError when the sealed key cannot be
@@ -90,15 +91,22 @@ def job_from_message(body: str | None) -> QueuedJob:
     job = job_from_event(event)
     if sealed is not None and job.api_key is not None:
         raise ValueError(f"message carries both 'api_key' and {SEALED_KEY_FIELD!r}")
-    carried = event.get(COST_FIELD)
-    return QueuedJob(job, sealed, carried if isinstance(carried, dict) else None)
+    return QueuedJob(job, sealed)
 
 
 class SqsDispatcher(RemoteDispatcher):
     """Seals the callback key with ``vault`` (one KMS ``Encrypt``), then ``SendMessage`` of the
     job to the rollout queue, one message per rollout."""
 
-    def __init__(self, queue_url: str, *, client: SQSClient, vault: KeyVault) -> None:
+    def __init__(
+        self,
+        queue_url: str,
+        *,
+        client: SQSClient,
+        vault: KeyVault,
+        cost_share: CostShare | None = None,
+    ) -> None:
+        super().__init__(cost_share=cost_share)
         self.queue_url = queue_url
         self._client = client
         self._vault = vault
@@ -112,10 +120,8 @@ class SqsDispatcher(RemoteDispatcher):
                 raise DispatchError(
                     f"sealing the callback key for the rollout queue: {exc}"
                 ) from exc
-        from rollout_sdk.engine.cost import carried
-
         # After sealing: the Encrypt is the rollout's, and in what the message carries.
-        body = message_body(job, sealed, cost=carried())
+        body = message_body(self.costed(job), sealed)
         await self.call_aws(
             "sending to the rollout queue",
             lambda: dict(self._client.send_message(QueueUrl=self.queue_url, MessageBody=body)),

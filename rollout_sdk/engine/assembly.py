@@ -15,20 +15,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rollout_sdk.engine.cancels import CancelSignals
+from rollout_sdk.engine.costs import NO_COSTS, CostLedger
 from rollout_sdk.engine.delivery import Delivery
 from rollout_sdk.engine.lease import Leases
 from rollout_sdk.engine.recovery import Recovery
 from rollout_sdk.engine.settlement import Settlement
-from rollout_sdk.engine.telemetry import NO_TELEMETRY
 from rollout_sdk.engine.worker import RolloutWorker
+from rollout_sdk.telemetry import NO_TELEMETRY
 
 if TYPE_CHECKING:
     from rollout_sdk.agent.loop import RolloutAgentLoop
-    from rollout_sdk.engine.client import TrainGateClient
-    from rollout_sdk.engine.telemetry import Telemetry
-    from rollout_sdk.engine.vault import KeyVault
     from rollout_sdk.settings import RolloutSettings
     from rollout_sdk.store.base import Store
+    from rollout_sdk.telemetry import Telemetry
+    from rollout_sdk.traingate.client import TrainGateClient
+    from rollout_sdk.vault import KeyVault
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class Engine:
     clock: Callable[[], float]
     #: Where the engine's metrics and spans go (the client's own is given to the client).
     telemetry: Telemetry = NO_TELEMETRY
+    #: The cost estimate's figures (on Lambda; nothing on the local server).
+    costs: CostLedger = NO_COSTS
 
     @classmethod
     def build(
@@ -62,16 +65,32 @@ class Engine:
         debug_dir: str | Path | None = None,
         clock: Callable[[], float] = time.time,
         telemetry: Telemetry = NO_TELEMETRY,
+        costs: CostLedger = NO_COSTS,
     ) -> Engine:
         """Build each collaborator once; the worker only when ``agent_loop`` is given.
         ``telemetry`` gets every transition's metrics (the TrainGate client takes its own, so
-        that it can be built before the engine: give it the same one)."""
+        that it can be built before the engine: give it the same one); ``costs`` the cost
+        estimate's figures (on Lambda; nothing on the local server)."""
         leases = Leases(store, settings.kit, clock=clock)
         delivery = Delivery(
-            store, client, settings, leases=leases, vault=vault, clock=clock, telemetry=telemetry
+            store,
+            client,
+            settings,
+            leases=leases,
+            vault=vault,
+            clock=clock,
+            telemetry=telemetry,
+            costs=costs,
         )
         settlement = Settlement(
-            store, delivery, settings, leases=leases, vault=vault, clock=clock, telemetry=telemetry
+            store,
+            delivery,
+            settings,
+            leases=leases,
+            vault=vault,
+            clock=clock,
+            telemetry=telemetry,
+            costs=costs,
         )
         cancels = CancelSignals()
         worker = (
@@ -87,6 +106,7 @@ class Engine:
                 debug_dir=debug_dir,
                 clock=clock,
                 telemetry=telemetry,
+                costs=costs,
             )
             if agent_loop is not None
             else None
@@ -99,11 +119,14 @@ class Engine:
             leases=leases,
             delivery=delivery,
             settlement=settlement,
-            recovery=Recovery(settlement, store=store, clock=clock, telemetry=telemetry),
+            recovery=Recovery(
+                settlement, store=store, clock=clock, telemetry=telemetry, costs=costs
+            ),
             cancels=cancels,
             worker=worker,
             clock=clock,
             telemetry=telemetry,
+            costs=costs,
         )
 
     def require_worker(self) -> RolloutWorker:

@@ -13,20 +13,20 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from rollout_sdk.engine import cost
-from rollout_sdk.engine.client import DeliveryResult
-from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
+from rollout_sdk.engine.costs import NO_COSTS, CostLedger, extra_of
 from rollout_sdk.engine.responses import failure_of
-from rollout_sdk.engine.telemetry import NO_TELEMETRY, Metric, rollout_scope
 from rollout_sdk.errors import FailureCategory
+from rollout_sdk.store.record import RecordState, RolloutRecord, expiry
+from rollout_sdk.telemetry import NO_TELEMETRY, Metric, rollout_scope
+from rollout_sdk.traingate.client import DeliveryResult
 
 if TYPE_CHECKING:
-    from rollout_sdk.engine.client import TrainGateClient
     from rollout_sdk.engine.lease import Leases
-    from rollout_sdk.engine.telemetry import Telemetry
-    from rollout_sdk.engine.vault import KeyVault
     from rollout_sdk.settings import RolloutSettings
     from rollout_sdk.store.base import Store, TransitionResult
+    from rollout_sdk.telemetry import Telemetry
+    from rollout_sdk.traingate.client import TrainGateClient
+    from rollout_sdk.vault import KeyVault
 
 logger = logging.getLogger("rollout_sdk.engine.delivery")
 
@@ -44,6 +44,7 @@ class Delivery:
         vault: KeyVault | None = None,
         clock: Callable[[], float],
         telemetry: Telemetry = NO_TELEMETRY,
+        costs: CostLedger = NO_COSTS,
     ) -> None:
         self.store = store
         self.client = client
@@ -52,6 +53,8 @@ class Delivery:
         self.settings = settings
         self.clock = clock
         self.telemetry = telemetry
+        #: The cost estimate (on Lambda; nothing on the local server).
+        self.costs = costs
 
     @property
     def _ttl(self) -> float:
@@ -96,7 +99,9 @@ class Delivery:
         finished_at = record.finished_at or record.updated_at
         gave_up = now - finished_at >= self.settings.kit.redrive_max_age_seconds
         rollout_id, attempt = record.rollout_id, record.attempt
-        ledger = cost.ledger(record)  # the rollout's cost so far, written by the move (AWS only)
+        ledger = self.costs.entry(
+            record
+        )  # the rollout's cost so far, written by the move (AWS only)
         if result.delivered:
             logger.info("callback delivered", extra={"rollout_id": rollout_id})
             moved = await self.store.deliver(
@@ -105,7 +110,7 @@ class Delivery:
                 delivery_attempts=attempts,
                 expires_at=expiry(now, self._ttl),
                 now=now,
-                extra=cost.extra_of(ledger),
+                extra=extra_of(ledger),
             )
             if moved.applied:
                 self.telemetry.count(Metric.ROLLOUTS_DELIVERED)
@@ -122,7 +127,7 @@ class Delivery:
                 delivery_attempts=attempts,
                 expires_at=expiry(now, self._ttl),
                 now=now,
-                extra=cost.extra_of(ledger),
+                extra=extra_of(ledger),
             )
             if moved.applied:
                 self.telemetry.count(Metric.ROLLOUTS_UNDELIVERABLE)
@@ -135,7 +140,9 @@ class Delivery:
             if moved.applied and record.next_attempt_at is None:
                 # Once per rollout: parked again by the re-drive, it is counted there (re-driven).
                 self.telemetry.count(Metric.ROLLOUTS_PARKED)
-        cost.recorded(ledger, moved)  # once final, the full figure goes to the sink (RolloutCost)
+        self.costs.recorded(
+            ledger, moved
+        )  # once final, the full figure goes to the sink (RolloutCost)
         return moved.record or record
 
     async def _park(
@@ -150,7 +157,7 @@ class Delivery:
         sealed_key = None
         if record.sealed_key is None and api_key is not None and self.vault is not None:
             sealed_key = await self.vault.seal(api_key, rollout_id=record.rollout_id)
-        ledger = cost.ledger(record)  # after sealing: its KMS request is the rollout's too
+        ledger = self.costs.entry(record)  # after sealing: its KMS request is the rollout's too
         return await self.store.park(
             record.rollout_id,
             attempt=record.attempt,
@@ -162,5 +169,5 @@ class Delivery:
             ),
             now=now,
             sealed_key=sealed_key,
-            extra=cost.extra_of(ledger),
+            extra=extra_of(ledger),
         )

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 from rollout_sdk.errors import StoreError
 
 if TYPE_CHECKING:
-    from rollout_sdk.engine.record import RecordState, RolloutRecord
     from rollout_sdk.settings import KitSettings
     from rollout_sdk.store.base import Store
+    from rollout_sdk.store.record import RecordState, RolloutRecord
 
 logger = logging.getLogger("rollout_sdk.engine.lease")
 

@@ -31,17 +31,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from rollout_sdk.engine import cost
-from rollout_sdk.engine.record import RecordState, RolloutRecord
-from rollout_sdk.engine.telemetry import NO_TELEMETRY, Metric, rollout_scope
+from rollout_sdk.dispatch.base import Job
+from rollout_sdk.engine.costs import NO_COSTS, CostLedger
 from rollout_sdk.errors import DispatchError, FailureCategory, RolloutError
+from rollout_sdk.store.record import RecordState, RolloutRecord
+from rollout_sdk.telemetry import NO_TELEMETRY, Metric, rollout_scope
 
 if TYPE_CHECKING:
-    from rollout_sdk.dispatch.base import Job
     from rollout_sdk.engine.settlement import Settlement
-    from rollout_sdk.engine.telemetry import Telemetry
     from rollout_sdk.settings import KitSettings
     from rollout_sdk.store.base import DueCursor, Store
+    from rollout_sdk.telemetry import Telemetry
 
 logger = logging.getLogger("rollout_sdk.engine.recovery")
 
@@ -120,6 +120,7 @@ class Recovery:
         page: int = 100,
         hand_off: HandOff | None = None,
         telemetry: Telemetry = NO_TELEMETRY,
+        costs: CostLedger = NO_COSTS,
     ) -> None:
         self.settlement = settlement
         self.store = store
@@ -127,6 +128,8 @@ class Recovery:
         self.page = page
         self.hand_off = hand_off
         self.telemetry = telemetry
+        #: The cost estimate (on Lambda; nothing on the local server).
+        self.costs = costs
 
     @property
     def _kit(self) -> KitSettings:
@@ -211,7 +214,7 @@ class Recovery:
                 cursor = page.cursor
 
     async def _one(self, rollout_id: str, report: RecoveryReport, gate: asyncio.Semaphore) -> None:
-        with cost.rollout():  # on AWS, the rollout's share of the re-drive's invocation
+        with self.costs.rollout():  # on AWS, the rollout's share of the re-drive's invocation
             await self._one_metered(rollout_id, report, gate)
 
     async def _one_metered(
@@ -278,8 +281,6 @@ class Recovery:
         """A rollout still waiting for its worker after an extra hand-off that may have failed:
         hand it off again under a new hand-off lease (doubling), or report it as never started
         once the re-drive's age limit has passed."""
-        from rollout_sdk.dispatch.base import Job
-
         leases = self.settlement.leases
         backoff = min(2 ** max(record.handoffs - 1, 0), MAX_HANDOFF_BACKOFF)
         # Never past the record's own expiry: it is reported while it still exists.

@@ -9,7 +9,7 @@ Every ERROR carries its failure in ``extra_fields`` under one key, v1's wire sha
 The category comes from where the failure happened (the kit's exceptions carry theirs:
 :class:`~rollout_sdk.errors.FailureCategory`), never from message text. ``reward`` is null for
 every failure that is not the agent's own. On AWS, every final response also carries its cost
-estimate there, as ``cost`` (:mod:`rollout_sdk.engine.cost`).
+estimate there, as ``cost`` (:mod:`rollout_sdk.cost`).
 """
 
 from __future__ import annotations
@@ -21,12 +21,10 @@ from typing import Any
 
 from rollout_sdk.agent.loop import RolloutResult
 from rollout_sdk.errors import FailureCategory, RolloutError
-from rollout_sdk.protocol import RolloutMetrics, RolloutResponse, RolloutStatus
+from rollout_sdk.protocol import EXTRA_KEY, RolloutMetrics, RolloutResponse, RolloutStatus
 
 logger = logging.getLogger("rollout_sdk.engine.responses")
 
-#: The one key of ``extra_fields`` the kit writes under.
-EXTRA_KEY = "rollout_sdk"
 
 #: The finish_reason of an ERROR by its category (v1's values: error, timeout, cancelled).
 _FINISH_REASONS = {FailureCategory.TIMEOUT: "timeout", FailureCategory.CANCELLED: "cancelled"}

@@ -22,8 +22,8 @@ from rollout_sdk.protocol import OpenAIFunctionToolSchema
 
 if TYPE_CHECKING:
     from rollout_sdk.agent.loop import RolloutAgentLoop
-    from rollout_sdk.engine.outbound import OutboundPolicy
     from rollout_sdk.protocol import RolloutRequest
+    from rollout_sdk.traingate.outbound import OutboundPolicy
 
 MAX_METADATA_VARIABLE = "OSMOSIS_ROLLOUT_MAX_METADATA_SIZE_BYTES"
 
@@ -54,7 +54,7 @@ def check_server_url(server_url: str, policy: OutboundPolicy) -> None:
 
     The host must be on a non-empty allowlist (``ROLLOUT_SDK_ALLOWED_SERVER_HOSTS``, ``host`` or
     ``host:port``), and a literal address (in any spelling a resolver accepts) or ``localhost``
-    must be one the outbound policy lets the kit call (:mod:`rollout_sdk.engine.outbound`). A
+    must be one the outbound policy lets the kit call (:mod:`rollout_sdk.traingate.outbound`). A
     name is checked when the worker connects, at every address it resolves to: resolving it
     here would not help, since it may resolve differently then.
 

@@ -7,17 +7,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rollout_sdk.engine.outbound import OutboundPolicy, Reach
-from rollout_sdk.engine.record import (
-    MAX_HANDOFF_WAIT_SECONDS,
-    RecordState,
-    RolloutRecord,
-    differing_fields,
-    expiry,
-)
 from rollout_sdk.engine.responses import failure_of
 from rollout_sdk.engine.rules import AgentTools, check_metadata_size, check_server_url
-from rollout_sdk.engine.telemetry import NO_TELEMETRY, Metric, Span, rollout_scope
 from rollout_sdk.errors import (
     DispatchError,
     FailureCategory,
@@ -32,14 +23,23 @@ from rollout_sdk.protocol import (
     RolloutRequest,
     rollout_id_fits,
 )
+from rollout_sdk.store.record import (
+    MAX_HANDOFF_WAIT_SECONDS,
+    RecordState,
+    RolloutRecord,
+    differing_fields,
+    expiry,
+)
+from rollout_sdk.telemetry import NO_TELEMETRY, Metric, Span, rollout_scope
+from rollout_sdk.traingate.outbound import OutboundPolicy, Reach
 
 if TYPE_CHECKING:
     from rollout_sdk.agent.loop import RolloutAgentLoop
     from rollout_sdk.dispatch.base import Dispatcher
     from rollout_sdk.engine.assembly import Engine
-    from rollout_sdk.engine.telemetry import Telemetry
     from rollout_sdk.settings import RolloutSettings
     from rollout_sdk.store.base import Store
+    from rollout_sdk.telemetry import Telemetry
 
 from rollout_sdk.dispatch.base import Job
 

@@ -13,25 +13,26 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from rollout_sdk.engine import cost
-from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
+from rollout_sdk.engine.costs import NO_COSTS, CostLedger
 from rollout_sdk.engine.responses import error_response
-from rollout_sdk.engine.telemetry import (
+from rollout_sdk.errors import FailureCategory, StoreError
+from rollout_sdk.store.record import RecordState, RolloutRecord, expiry
+from rollout_sdk.telemetry import (
     NO_TELEMETRY,
     Metric,
     finished_dimensions,
     rollout_scope,
 )
-from rollout_sdk.errors import FailureCategory
 
 if TYPE_CHECKING:
     from rollout_sdk.dispatch.base import Job
+    from rollout_sdk.dispatch.sqs import QueuedJob
     from rollout_sdk.engine.delivery import Delivery
     from rollout_sdk.engine.lease import Leases
-    from rollout_sdk.engine.telemetry import Telemetry
-    from rollout_sdk.engine.vault import KeyVault
     from rollout_sdk.settings import RolloutSettings
     from rollout_sdk.store.base import Store
+    from rollout_sdk.telemetry import Telemetry
+    from rollout_sdk.vault import KeyVault
 
 logger = logging.getLogger("rollout_sdk.engine.settlement")
 
@@ -55,6 +56,7 @@ class Settlement:
         vault: KeyVault | None = None,
         clock: Callable[[], float],
         telemetry: Telemetry = NO_TELEMETRY,
+        costs: CostLedger = NO_COSTS,
     ) -> None:
         self.store = store
         self.delivery = delivery
@@ -63,6 +65,8 @@ class Settlement:
         self.vault = vault
         self.clock = clock
         self.telemetry = telemetry
+        #: The cost estimate (on Lambda; nothing on the local server).
+        self.costs = costs
 
     async def open_key(self, record: RolloutRecord) -> str | None:
         """The record's sealed callback key, opened (None when it holds none); StoreError when
@@ -70,6 +74,39 @@ class Settlement:
         if record.sealed_key is None or self.vault is None:
             return None
         return await self.vault.open(record.sealed_key, rollout_id=record.rollout_id)
+
+    async def open_queued(self, queued: QueuedJob, *, then: str) -> Job | None:
+        """A queued job with its callback key opened (one KMS ``Decrypt`` when sealed).
+
+        None when the key cannot be opened but the rollout needs it no more (reported already,
+        parked with its own sealed key for the re-drive, or its record gone): the message can
+        go, rather than fail until SQS drops it. Otherwise a key that cannot be opened raises
+        StoreError, after an error log naming the rollout and ``then`` (what happens next).
+        """
+        try:
+            return await queued.open(self.vault)
+        except StoreError as exc:
+            record = await self.store.get(queued.rollout_id, now=self.clock())
+            final = record is None or record.state in (
+                RecordState.DELIVERED,
+                RecordState.UNDELIVERABLE,
+            )
+            parked = (
+                record is not None
+                and record.state == RecordState.FINISHED
+                and record.sealed_key is not None
+            )
+            if final or parked:
+                logger.warning(
+                    "callback key cannot be opened, but the rollout needs it no more",
+                    extra={"rollout_id": queued.rollout_id, "error": str(exc)},
+                )
+                return None
+            logger.error(
+                f"callback key cannot be opened; {then}",
+                extra={"rollout_id": queued.rollout_id, "error": str(exc)},
+            )
+            raise
 
     async def settle(
         self,
@@ -132,7 +169,7 @@ class Settlement:
                 moved = await self.store.settle(
                     rollout_id,
                     attempt=record.attempt,
-                    response=cost.with_estimate(  # what it cost so far (on AWS)
+                    response=self.costs.with_estimate(  # what it cost so far (on AWS)
                         error_response(
                             rollout_id, reason, category=category, attempt=record.attempt
                         )

@@ -1,7 +1,7 @@
 """The worker: claims a rollout, runs the agent loop, fixes the final response, hands it to delivery.
 
 The same code runs in the local server (through the in-process dispatcher) and in the worker
-Lambda. Each step is a conditional move of the record (see :mod:`rollout_sdk.engine.record`):
+Lambda. Each step is a conditional move of the record (see :mod:`rollout_sdk.store.record`):
 
 1. claim ACCEPTED -> RUNNING on this attempt, with a short lease that a heartbeat renews while
    the agent runs (:mod:`rollout_sdk.engine.lease`); losing the claim means another delivery of
@@ -28,8 +28,7 @@ from rollout_sdk.agent.loop import (
     RolloutLLMClient,
     RolloutResult,
 )
-from rollout_sdk.engine import cost
-from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
+from rollout_sdk.engine.costs import NO_COSTS, CostLedger
 from rollout_sdk.engine.responses import (
     agent_failure,
     error_response,
@@ -37,25 +36,26 @@ from rollout_sdk.engine.responses import (
     messages_or_empty,
     to_response,
 )
-from rollout_sdk.engine.telemetry import (
+from rollout_sdk.errors import FailureCategory, RolloutCancelled, RolloutError, StoreError
+from rollout_sdk.protocol import RolloutResponse
+from rollout_sdk.store.record import RecordState, RolloutRecord, expiry
+from rollout_sdk.telemetry import (
     NO_TELEMETRY,
     Metric,
     finished_dimensions,
     rollout_scope,
 )
-from rollout_sdk.errors import FailureCategory, RolloutCancelled, RolloutError, StoreError
-from rollout_sdk.protocol import RolloutResponse
 
 if TYPE_CHECKING:
     from rollout_sdk.dispatch.base import Job
     from rollout_sdk.engine.cancels import CancelSignals
-    from rollout_sdk.engine.client import TrainGateClient
     from rollout_sdk.engine.delivery import Delivery
     from rollout_sdk.engine.lease import Leases
     from rollout_sdk.engine.settlement import Settlement
-    from rollout_sdk.engine.telemetry import Telemetry
     from rollout_sdk.settings import RolloutSettings
     from rollout_sdk.store.base import Store, TransitionResult
+    from rollout_sdk.telemetry import Telemetry
+    from rollout_sdk.traingate.client import TrainGateClient
 
 logger = logging.getLogger("rollout_sdk.engine.worker")
 
@@ -81,6 +81,7 @@ class RolloutWorker:
         debug_dir: str | Path | None = None,
         clock: Callable[[], float] = time.time,
         telemetry: Telemetry = NO_TELEMETRY,
+        costs: CostLedger = NO_COSTS,
     ) -> None:
         self.agent_loop = agent_loop
         self.store = store
@@ -93,6 +94,8 @@ class RolloutWorker:
         self.debug_dir = debug_dir
         self.clock = clock
         self.telemetry = telemetry
+        #: The cost estimate (on Lambda; nothing on the local server).
+        self.costs = costs
 
     def _ttl(self) -> float:
         return float(self.settings.server.record_ttl_seconds)
@@ -212,7 +215,7 @@ class RolloutWorker:
         return await self.store.finish(
             job.rollout_id,
             attempt=job.attempt,
-            response=cost.with_estimate(response),  # what it cost so far (on AWS)
+            response=self.costs.with_estimate(response),  # what it cost so far (on AWS)
             lease_until=self.leases.until(now),
             expires_at=expiry(now, self._ttl()),
             now=now,

@@ -26,11 +26,7 @@ from rollout_sdk.agent.validation import validate_agent_loop
 from rollout_sdk.dispatch.base import Dispatcher
 from rollout_sdk.dispatch.inprocess import InProcessDispatcher
 from rollout_sdk.engine.assembly import Engine
-from rollout_sdk.engine.client import TrainGateClient
-from rollout_sdk.engine.outbound import OutboundPolicy, Reach
 from rollout_sdk.engine.service import RolloutService, record_status
-from rollout_sdk.engine.telemetry import NO_TELEMETRY, Telemetry
-from rollout_sdk.engine.vault import KeyVault, LocalVault
 from rollout_sdk.engine.worker import RolloutWorker
 from rollout_sdk.errors import ConfigurationError
 from rollout_sdk.http.admission import AdmissionMiddleware
@@ -41,6 +37,10 @@ from rollout_sdk.protocol import InitResponse, RolloutRequest, build_models
 from rollout_sdk.settings import RolloutSettings, get_settings
 from rollout_sdk.store.base import Store
 from rollout_sdk.store.memory import MemoryStore
+from rollout_sdk.telemetry import NO_TELEMETRY, Telemetry
+from rollout_sdk.traingate.client import TrainGateClient
+from rollout_sdk.traingate.outbound import OutboundPolicy, Reach
+from rollout_sdk.vault import KeyVault, LocalVault
 
 logger = logging.getLogger("rollout_sdk.http.app")
 
@@ -163,6 +163,7 @@ def create_app(
     if engine is None:
         telemetry: Telemetry = NO_TELEMETRY
         if metrics:
+            # Here: only the local server keeps metrics in memory; the API function's cold start skips it.
             from rollout_sdk.http.prometheus import PrometheusTelemetry
 
             telemetry = PrometheusTelemetry()
@@ -284,6 +285,7 @@ def create_app(
         return health_body()
 
     if metrics:
+        # Here, as above: the local server only.
         from rollout_sdk.http.prometheus import CONTENT_TYPE, PrometheusTelemetry
 
         exposed = engine.telemetry

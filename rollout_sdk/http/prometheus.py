@@ -24,7 +24,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rollout_sdk.engine.telemetry import EmitFailures, Metric, Span
+from rollout_sdk.telemetry import EmitFailures, Metric, Span
 
 #: The exposition format's media type (Prometheus text format 0.0.4).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

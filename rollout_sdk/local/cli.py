@@ -1,4 +1,9 @@
-"""The ``rollout-sdk`` command: serve, validate, demo, test."""
+"""The ``rollout-sdk`` command: serve, validate, demo, test.
+
+Each command imports what it runs inside its own function: ``rollout-sdk --help``, ``validate``
+and every other command load only their own libraries (uvicorn, moto, boto3, httpx), so the CLI
+starts fast.
+"""
 
 from __future__ import annotations
 
@@ -30,9 +35,9 @@ def _fail(message: str, code: int = 2) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from rollout_sdk.agent.loader import load_agent_loop
     from rollout_sdk.agent.validation import format_report, validate_agent_loop
     from rollout_sdk.errors import ConfigurationError, MCPLoadError
+    from rollout_sdk.loader import load_agent_loop
 
     try:
         agent_loop = load_agent_loop(args.agent)
@@ -46,9 +51,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from rollout_sdk.agent.loader import load_agent_loop
     from rollout_sdk.agent.validation import format_report, validate_agent_loop
     from rollout_sdk.errors import ConfigurationError, MCPLoadError, ServeError, StoreError
+    from rollout_sdk.loader import load_agent_loop
     from rollout_sdk.local.exposure import Exposure
     from rollout_sdk.local.server import build_local_app
     from rollout_sdk.settings import get_settings
@@ -276,13 +281,13 @@ def _cmd_redrive(args: argparse.Namespace) -> int:
     import asyncio
 
     from rollout_sdk.engine.assembly import Engine
-    from rollout_sdk.engine.client import TrainGateClient
-    from rollout_sdk.engine.outbound import OutboundPolicy, Reach
-    from rollout_sdk.engine.vault import LocalVault
     from rollout_sdk.errors import ConfigurationError, StoreError
     from rollout_sdk.local.server import KEY_FILE
     from rollout_sdk.settings import get_settings
     from rollout_sdk.store.sqlite import SQLiteStore
+    from rollout_sdk.traingate.client import TrainGateClient
+    from rollout_sdk.traingate.outbound import OutboundPolicy, Reach
+    from rollout_sdk.vault import LocalVault
 
     path = Path(args.state_dir) / SQLITE_FILE
     if not path.exists():

@@ -102,6 +102,7 @@ def _raw_rows(path: Path) -> Iterator[tuple[str, Any]]:
 
 def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
     try:
+        # Here: pyarrow is the optional parquet extra, and only .parquet datasets need it.
         import pyarrow.parquet as pq
     except ImportError as exc:
         raise DatasetError(

@@ -3,6 +3,9 @@
 Starts the local server and a TrainGate stand-in with a scripted model on free loopback ports,
 posts one init per dataset row (times ``--repeat``) with bounded concurrency, counts the
 callbacks the stand-in receives, prints a summary, and stops both servers whatever happens.
+
+The server, the stand-in and the agent loader are imported inside the functions that run them,
+so ``demo --help`` and a bad option load none of them.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 from rollout_sdk.errors import DatasetError
+from rollout_sdk.local.progress import Progress, percentile
 
 if TYPE_CHECKING:
     import argparse
@@ -77,52 +81,6 @@ def load_dataset(path: str | Path) -> list[DatasetRow]:
     if not rows:
         raise DatasetError(f"dataset {path} has no rows")
     return rows
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The ``q``-th percentile (0-100) by nearest rank; NaN for no values."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]
-
-
-class Progress:
-    """A plain-text progress bar: redrawn with ``\\r`` on a terminal, else a line every ~10%."""
-
-    def __init__(self, total: int, *, label: str, stream: TextIO | None = None) -> None:
-        self.total = max(total, 1)
-        self.label = label
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self._shown = -1
-        self._decile = -1
-
-    def update(self, done: int) -> None:
-        """Show ``done`` of ``total`` (drawn only when it changed)."""
-        done = min(done, self.total)
-        if done == self._shown:
-            return
-        self._shown = done
-        if self.tty:
-            width = 30
-            filled = width * done // self.total
-            bar = "#" * filled + "." * (width - filled)
-            self.stream.write(f"\r{self.label} [{bar}] {done}/{self.total}")
-            self.stream.flush()
-            return
-        decile = 10 * done // self.total
-        if decile > self._decile:
-            self._decile = decile
-            self.stream.write(f"{self.label}: {done}/{self.total} ({100 * done // self.total}%)\n")
-            self.stream.flush()
-
-    def finish(self) -> None:
-        """End the bar's line on a terminal."""
-        if self.tty and self._shown >= 0:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 @dataclass
@@ -368,9 +326,9 @@ def run_demo(args: argparse.Namespace) -> int:
 
     1 for a bad dataset, agent or failed run; 2 for bad options; 130 when interrupted.
     """
-    from rollout_sdk.agent.loader import load_agent_loop
     from rollout_sdk.agent.validation import format_report, validate_agent_loop
     from rollout_sdk.errors import ConfigurationError, StoreError
+    from rollout_sdk.loader import load_agent_loop
     from rollout_sdk.local.server import build_local_app
     from rollout_sdk.testing.standin import ScriptedModel, TrainGateStandIn
     from rollout_sdk.testing.threads import ServerThread
@@ -488,8 +446,8 @@ def _run_on_endpoint(args: argparse.Namespace) -> int:
     :func:`rollout_sdk.local.testrun.execute` (the path of ``rollout-sdk test``)."""
     import os
 
-    from rollout_sdk.agent.loader import load_agent_loop
     from rollout_sdk.errors import ConfigurationError
+    from rollout_sdk.loader import load_agent_loop
     from rollout_sdk.local.dataset import RunRow
     from rollout_sdk.local.forward import DEFAULT_MODEL, resolve_endpoint
     from rollout_sdk.local.testrun import execute

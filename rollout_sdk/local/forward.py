@@ -26,6 +26,9 @@ hit (a refused key, an unknown model, an unreachable endpoint, no quota) trips t
 later chat calls fail at once with the same failure, and the runner starts no more rows.
 
 ``/v1/rollout/completed`` records each rollout's final response for the runner.
+
+FastAPI and the HTTP stack are imported where the forwarder is built, so reading a key file or
+parsing options loads neither.
 """
 
 from __future__ import annotations
@@ -476,7 +479,7 @@ class ForwardingTrainGate:
 
     The runner calls :meth:`expect` before a rollout's init, :meth:`set_tools` with its init
     answer, and awaits :meth:`result`. ``transport`` is a seam (tests, or another stack); by
-    default the kit's :class:`~rollout_sdk.engine.transport.AiohttpTransport`, built on the
+    default the kit's :class:`~rollout_sdk.traingate.transport.AiohttpTransport`, built on the
     server's loop and closed when it stops.
     """
 
@@ -530,9 +533,9 @@ class ForwardingTrainGate:
 
     def _http(self) -> httpx.AsyncBaseTransport:
         if self._transport is None:
-            from rollout_sdk.engine.outbound import OutboundPolicy, Reach
-            from rollout_sdk.engine.transport import AiohttpTransport
             from rollout_sdk.settings import get_settings
+            from rollout_sdk.traingate.outbound import OutboundPolicy, Reach
+            from rollout_sdk.traingate.transport import AiohttpTransport
 
             # The endpoint is the user's own (often on loopback), but never link-local unless
             # they say so, and its answers are capped as TrainGate's are.

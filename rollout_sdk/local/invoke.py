@@ -24,25 +24,17 @@ from typing import Any
 
 from rollout_sdk.errors import ConfigurationError
 from rollout_sdk.local.emulator import LocalResources, load_template
+from rollout_sdk.stack import LambdaFunction
 
+#: The short names ``rollout-sdk invoke`` takes for a function: its metrics' ``Function``
+#: dimension and its cost label (``failure`` and ``worker-failed`` name one function).
 ALIASES = {
-    "api": "ApiFunction",
-    "worker": "WorkerFunction",
-    "failure": "WorkerFailureFunction",
-    "worker-failed": "WorkerFailureFunction",
-    "redrive": "RedriveFunction",
-    "queue-worker": "QueueWorkerFunction",
-    "dead-letters": "DeadLetterFunction",
+    alias: function.names.logical_id
+    for function in LambdaFunction
+    for alias in (function.names.dimension, function.names.cost_label)
 }
 #: The handler.py entry point of each function.
-ENTRY_POINTS = {
-    "ApiFunction": "api",
-    "WorkerFunction": "worker",
-    "WorkerFailureFunction": "worker_failed",
-    "RedriveFunction": "redrive",
-    "QueueWorkerFunction": "worker_batch",
-    "DeadLetterFunction": "dead_letters",
-}
+ENTRY_POINTS = {function.names.logical_id: function.names.entry for function in LambdaFunction}
 
 
 def resolve_function(template: dict[str, Any], name: str) -> str:
@@ -166,6 +158,7 @@ def import_handler(environment: dict[str, str], module: str = "handler") -> Any:
     """Import ``handler.py`` afresh (a cold start) with ``environment`` applied to this process's
     ``os.environ`` (a cold start's environment; it stays applied after the call). The settings
     are read afresh, as a new execution environment reads them."""
+    # Here, beside the handler's import it prepares (the settings are read afresh for it).
     from rollout_sdk.settings import reset_settings
 
     os.environ.update(environment)

@@ -55,6 +55,7 @@ class SerialDynamoDB:
 
 def main(argv: list[str]) -> int:
     """Serve on ``argv[0]`` (0: a free port) until standard input closes."""
+    # Here: moto loads in the emulator's child process only, after its output is redirected.
     from moto.moto_server.werkzeug_app import (
         DomainDispatcherApplication,
         MotoRequestHandler,

@@ -1,4 +1,8 @@
-"""The local rollout server: the same app and worker as on Lambda, one process, durable on disk."""
+"""The local rollout server: the same app and worker as on Lambda, one process, durable on disk.
+
+The app, the stores, the vault and uvicorn are imported inside the functions that build them:
+``serve_agent_loop`` imports this module and needs only what the chosen store uses.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
-from rollout_sdk.agent.serve import DEFAULT_HOST, DEFAULT_PORT
 from rollout_sdk.errors import ServeError
 
 if TYPE_CHECKING:
@@ -182,8 +185,8 @@ def _build_app(
     debug_dir: str | Path | None,
     docs: bool,
 ) -> FastAPI:
-    from rollout_sdk.engine.vault import LocalVault
     from rollout_sdk.http.app import create_app
+    from rollout_sdk.vault import LocalVault
 
     durable = store == "sqlite" or (not isinstance(store, str) and store.owner is not None)
     if not durable:
@@ -224,8 +227,8 @@ def _build_app(
 def serve(
     agent_loop: RolloutAgentLoop,
     *,
-    host: str = DEFAULT_HOST,
-    port: int = DEFAULT_PORT,
+    host: str,
+    port: int,
     api_key: str | None = None,
     store: StoreKind = "sqlite",
     state_dir: str | Path = DEFAULT_STATE_DIR,
@@ -237,7 +240,7 @@ def serve(
     **ignored: Any,
 ) -> None:
     """Validate ``agent_loop`` and serve it with uvicorn until interrupted (what v1's
-    :func:`~rollout_sdk.agent.serve.serve_agent_loop` runs).
+    :func:`~rollout_sdk.serving.serve_agent_loop` runs).
 
     With no ``api_key`` it serves only on loopback unless ``allow_unauthenticated``
     (:mod:`rollout_sdk.local.exposure`); a loopback server answers only to its own names and

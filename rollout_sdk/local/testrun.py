@@ -11,6 +11,9 @@ every row would hit (a refused key, an unknown model, an unreachable endpoint) s
 rows in flight end at once and no more start, as v1 stopped early. Exit status: 0 when every row
 that ran completed, 1 when one failed or the run could not start, 2 for bad options.
 ``rollout-sdk demo --base-url`` runs its dataset by the same path.
+
+The server, the forwarder and the dataset reader are imported inside the functions that run
+them, so parsing ``test``'s options (and failing on a bad one) loads none of them.
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rollout_sdk.local.dataset import RunRow
-from rollout_sdk.local.demo import Progress, percentile
 from rollout_sdk.local.forward import Endpoint, EndpointFailure, ForwardingTrainGate
+from rollout_sdk.local.progress import Progress, percentile
 
 if TYPE_CHECKING:
     import argparse
@@ -466,8 +469,8 @@ def _quiet_kit_logs(debug: bool) -> Iterator[None]:
 
 def load_agent(args: argparse.Namespace) -> RolloutAgentLoop:
     """The agent of ``-m MODULE:ATTR`` or ``--mcp DIR``; ConfigurationError."""
-    from rollout_sdk.agent.loader import load_agent_loop
     from rollout_sdk.errors import ConfigurationError
+    from rollout_sdk.loader import load_agent_loop
 
     if args.mcp is None:
         agent: RolloutAgentLoop = load_agent_loop(args.module)

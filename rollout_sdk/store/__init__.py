@@ -1,4 +1,5 @@
-"""Record stores: the ``Store`` port and its adapters.
+"""Record stores: the ``Store`` port, the record it stores (:mod:`rollout_sdk.store.record`, the
+state machine), and its adapters.
 
 Each name is imported on first use, so code that needs only the port (``rollout_sdk.store.base``)
 never loads sqlite3.

@@ -42,7 +42,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar
 
-from rollout_sdk.engine.record import RecordState, RolloutRecord
+from rollout_sdk.store.record import RecordState, RolloutRecord
 
 if TYPE_CHECKING:
     from rollout_sdk.protocol import RolloutResponse

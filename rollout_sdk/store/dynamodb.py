@@ -47,7 +47,6 @@ from typing import TYPE_CHECKING, Any, cast, get_type_hints
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import BotoCoreError, ClientError
 
-from rollout_sdk.engine.record import RecordState, RolloutRecord
 from rollout_sdk.errors import RecordTooLarge, ScanDenied, StoreError
 from rollout_sdk.store.base import (
     CreateResult,
@@ -58,6 +57,7 @@ from rollout_sdk.store.base import (
     TransitionResult,
     Update,
 )
+from rollout_sdk.store.record import RecordState, RolloutRecord
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

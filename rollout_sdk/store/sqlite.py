@@ -29,9 +29,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from rollout_sdk.engine.record import RecordState, RolloutRecord
 from rollout_sdk.errors import StoreError
 from rollout_sdk.store.base import DueCursor, DuePage, TransactionalStore
+from rollout_sdk.store.record import RecordState, RolloutRecord
 
 T = TypeVar("T")
 

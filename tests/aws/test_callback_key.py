@@ -26,11 +26,11 @@ from rollout_sdk.aws.clients import AwsClients
 from rollout_sdk.aws.runtime import LambdaRuntime
 from rollout_sdk.dispatch.base import Job
 from rollout_sdk.dispatch.sqs import SEALED_KEY_FIELD, job_from_message, message_body
-from rollout_sdk.engine.record import RecordState
 from rollout_sdk.errors import ConfigurationError, StoreError
 from rollout_sdk.local.emulator import LocalResources, load_template
 from rollout_sdk.local.invoke import function_environment, import_handler, invoke, load_event
 from rollout_sdk.settings import load_settings
+from rollout_sdk.store.record import RecordState
 from rollout_sdk.testing.standin import LOOPBACK_TRAINGATE, Fault, TrainGateStandIn
 
 from .conftest import CALLBACK_KEY, ROOT

@@ -19,15 +19,12 @@ import pytest
 
 from examples.calculator.agent import CalculatorAgent
 from rollout_sdk import RolloutContext, RolloutResult
-from rollout_sdk.engine.cost import (
-    PRICES_READ,
-    CostEstimate,
-    effective_prices,
-    machine_architecture,
-)
-from rollout_sdk.engine.record import RecordState, RolloutRecord
+from rollout_sdk.aws.metering import machine_architecture
+from rollout_sdk.cost.usage import CostEstimate
 from rollout_sdk.local.emulator import LocalResources
 from rollout_sdk.local.invoke import invoke, load_event
+from rollout_sdk.prices import PRICES_READ, effective_prices
+from rollout_sdk.store.record import RecordState, RolloutRecord
 from rollout_sdk.testing.standin import Fault, TrainGateStandIn
 from testkit.cost import Tally, docs_usd
 from testkit.records import park_due_now

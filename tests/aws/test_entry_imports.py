@@ -23,7 +23,7 @@ NOT_AT_IMPORT = {
         *HTTP_CLIENT,
         *LOCAL,
         "rollout_sdk.engine.worker",
-        "rollout_sdk.engine.client",
+        "rollout_sdk.traingate.client",
         "rollout_sdk.engine.assembly",
         "rollout_sdk.aws.handlers.worker",
         "rollout_sdk.aws.handlers.queue",
@@ -99,7 +99,7 @@ def test_the_api_s_first_request_loads_no_http_client() -> None:
 #: 127.0.0.1 in the same process.
 _CHAT = """
 import asyncio, json
-from rollout_sdk.engine.client import TrainGateClient
+from rollout_sdk.traingate.client import TrainGateClient
 
 BODY = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "m",
     "choices": [{"index": 0, "message": {"role": "assistant", "content": "4"},

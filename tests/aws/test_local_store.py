@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from rollout_sdk.engine.record import RolloutRecord
 from rollout_sdk.local.emulator import EmbeddedMoto, local_client
 from rollout_sdk.local.server import open_dynamodb_store
 from rollout_sdk.protocol import InitResponse, RolloutRequest
+from rollout_sdk.store.record import RolloutRecord
 from testkit.wait import wait_until
 
 from .conftest import ROOT

@@ -40,7 +40,6 @@ import botocore.session
 import pytest
 from botocore.exceptions import ClientError
 
-from rollout_sdk.engine.record import expiry
 from rollout_sdk.local.emulator import LocalResources, load_template, local_client, provision
 from rollout_sdk.local.invoke import (
     Invocation,
@@ -52,6 +51,7 @@ from rollout_sdk.local.invoke import (
 from rollout_sdk.protocol import RolloutResponse, RolloutStatus
 from rollout_sdk.settings import VARIABLE_PREFIXES, reset_settings
 from rollout_sdk.store.dynamodb import DUE_PARTITION, DUE_SORT, ROLLOUT_PREFIX
+from rollout_sdk.store.record import expiry
 from rollout_sdk.testing.standin import LOOPBACK_TRAINGATE, Fault, TrainGateStandIn
 from rollout_sdk.testing.threads import ServerThread
 from testkit.aws import fake_aws_env

@@ -20,6 +20,7 @@ from rollout_sdk.settings import load_settings
 if TYPE_CHECKING:
     from rollout_sdk.agent.loop import RolloutAgentLoop
     from rollout_sdk.dispatch.base import Job
+    from rollout_sdk.dispatch.sqs import QueuedJob
     from rollout_sdk.engine.settlement import Settlement
     from rollout_sdk.engine.worker import RolloutWorker
 
@@ -57,6 +58,10 @@ class StandInWorker:
 
     async def report_failed_job(self, job: Job, *, reason: str) -> None:
         self.reports.append((job.rollout_id, reason))
+
+    async def open_queued(self, queued: QueuedJob, *, then: str) -> Job:
+        # These messages carry no sealed key: the job is the message's (settlement's move).
+        return await queued.open(None)
 
 
 @pytest.fixture

@@ -7,11 +7,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
 from rollout_sdk.local.emulator import LocalResources
 from rollout_sdk.local.invoke import invoke, load_event
 from rollout_sdk.protocol import RolloutResponse, RolloutStatus
 from rollout_sdk.store.base import Store, TransitionResult
+from rollout_sdk.store.record import RecordState, RolloutRecord, expiry
 from rollout_sdk.testing.standin import Fault, TrainGateStandIn
 from testkit.records import park_due_now
 

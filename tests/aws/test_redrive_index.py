@@ -10,11 +10,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
 from rollout_sdk.local.emulator import LocalResources
 from rollout_sdk.local.invoke import invoke, load_event
 from rollout_sdk.protocol import InitResponse, RolloutRequest, RolloutResponse, RolloutStatus
 from rollout_sdk.store.dynamodb import DUE_PARTITION, ROLLOUT_PREFIX, DynamoDBStore
+from rollout_sdk.store.record import RecordState, RolloutRecord, expiry
 from rollout_sdk.testing.standin import TrainGateStandIn
 
 from .conftest import CALLBACK_KEY, ROOT

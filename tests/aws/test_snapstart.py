@@ -20,9 +20,9 @@ import pytest
 import snapshot_restore_py
 
 from rollout_sdk.aws import snapstart
-from rollout_sdk.engine.transport import AiohttpTransport
 from rollout_sdk.local.invoke import invoke, load_event
 from rollout_sdk.testing.standin import TrainGateStandIn
+from rollout_sdk.traingate.transport import AiohttpTransport
 from testkit.aws import fake_aws_env
 
 from .conftest import ROOT

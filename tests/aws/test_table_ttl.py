@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rollout_sdk.engine.record import MAX_HANDOFF_WAIT_SECONDS, RolloutRecord
 from rollout_sdk.local.emulator import load_template, ttl_attribute
 from rollout_sdk.store.dynamodb import DUE_INDEX, DUE_PARTITION, DUE_SORT, TTL_ATTRIBUTE
+from rollout_sdk.store.record import MAX_HANDOFF_WAIT_SECONDS, RolloutRecord
 
 from .conftest import ROOT
 

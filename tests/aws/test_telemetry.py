@@ -358,7 +358,7 @@ def test_a_tracer_that_fails_never_fails_the_traced_work_and_is_logged_once(
     from types import SimpleNamespace
 
     from rollout_sdk.aws.telemetry import XRaySpans
-    from rollout_sdk.engine.telemetry import Span
+    from rollout_sdk.telemetry import Span
 
     recorder = FailingRecorder(stream_fails=stream_fails)
     spans = XRaySpans(tracer=SimpleNamespace(provider=recorder, disabled=False))

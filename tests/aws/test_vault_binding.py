@@ -13,13 +13,13 @@ import pytest
 from botocore.exceptions import ClientError
 
 from rollout_sdk.dispatch.sqs import SEALED_KEY_FIELD
-from rollout_sdk.engine.record import RecordState
-from rollout_sdk.engine.vault import BOUND, PURPOSE, UNBOUND_TOKENS_OPEN_UNTIL, KmsVault
 from rollout_sdk.errors import StoreError
 from rollout_sdk.local.emulator import LocalResources
 from rollout_sdk.local.invoke import invoke, load_event
 from rollout_sdk.store.dynamodb import DynamoDBStore
+from rollout_sdk.store.record import RecordState
 from rollout_sdk.testing.standin import TrainGateStandIn
+from rollout_sdk.vault import BOUND, PURPOSE, UNBOUND_TOKENS_OPEN_UNTIL, KmsVault
 
 from .conftest import CALLBACK_KEY, ROOT
 from .test_callback_key import _message_for, _queued, _record, reports

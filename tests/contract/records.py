@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
 from rollout_sdk.protocol import (
     InitResponse,
     OpenAIFunctionParametersSchema,
@@ -16,6 +15,7 @@ from rollout_sdk.protocol import (
     RolloutStatus,
 )
 from rollout_sdk.store.base import Store
+from rollout_sdk.store.record import RecordState, RolloutRecord, expiry
 
 NOW = 1_700_000_000.0
 TTL = 600.0

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import math
 
-from rollout_sdk.engine.record import RecordState, expiry
 from rollout_sdk.store.base import Store
+from rollout_sdk.store.record import RecordState, expiry
 
 from .records import NOW, SEALED, TOOL, TTL, claim, make_record, reach
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
 from rollout_sdk.store.base import Guard, Store, TransitionResult, Update
+from rollout_sdk.store.record import RecordState, RolloutRecord, expiry
 
 from .records import NOW, RESPONSE, SEALED, TTL, reach
 

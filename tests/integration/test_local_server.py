@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rollout_sdk.engine.record import RecordState
 from rollout_sdk.settings import load_settings
+from rollout_sdk.store.record import RecordState
 from rollout_sdk.testing.standin import TrainGateStandIn
 from rollout_sdk.testing.threads import ServerThread
 from testkit.bodies import calculator_body, make_questions

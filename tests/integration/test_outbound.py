@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from rollout_sdk.engine.client import TrainGateClient
-from rollout_sdk.engine.outbound import OutboundPolicy, Reach
-from rollout_sdk.engine.telemetry import Metric
 from rollout_sdk.errors import AnswerTooLarge, FailureCategory, OutboundRefused
 from rollout_sdk.hosts import AllowedHost
 from rollout_sdk.protocol import RolloutResponse, RolloutStatus
 from rollout_sdk.settings import RolloutClientSettings
+from rollout_sdk.telemetry import Metric
+from rollout_sdk.traingate.client import TrainGateClient
+from rollout_sdk.traingate.outbound import OutboundPolicy, Reach
 
 from .test_transport import BODY, FakeSleep, answer, completion, wire_server
 
@@ -75,7 +75,7 @@ class Counter:
 def gate(
     policy: OutboundPolicy, sleep: FakeSleep, telemetry: Any = None, resolver: Any = None
 ) -> TrainGateClient:
-    from rollout_sdk.engine.transport import AiohttpTransport
+    from rollout_sdk.traingate.transport import AiohttpTransport
 
     return TrainGateClient(
         RolloutClientSettings(max_retries=3, complete_rollout_retries=2),

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from rollout_sdk.engine.record import RecordState, RolloutRecord
-from rollout_sdk.engine.vault import LocalVault
 from rollout_sdk.local.server import KEY_FILE, SQLITE_FILE
 from rollout_sdk.protocol import InitResponse, RolloutRequest
+from rollout_sdk.store.record import RecordState, RolloutRecord
 from rollout_sdk.store.sqlite import SQLiteStore
 from rollout_sdk.testing.standin import TrainGateStandIn
 from rollout_sdk.testing.threads import ServerThread
+from rollout_sdk.vault import LocalVault
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

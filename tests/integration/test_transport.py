@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from rollout_sdk.engine.client import CHAT_PATH, TrainGateClient
 from rollout_sdk.errors import OsmosisTimeoutError, OsmosisTransportError, OsmosisValidationError
 from rollout_sdk.protocol import RolloutResponse, RolloutStatus
 from rollout_sdk.settings import RolloutClientSettings
+from rollout_sdk.traingate.client import CHAT_PATH, TrainGateClient
 
 pytestmark = pytest.mark.integration
 

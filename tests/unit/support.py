@@ -12,7 +12,6 @@ import httpx
 
 from rollout_sdk.agent.loop import RolloutAgentLoop, RolloutContext, RolloutResult
 from rollout_sdk.dispatch.base import Job
-from rollout_sdk.engine.record import RolloutRecord
 from rollout_sdk.errors import DispatchError
 from rollout_sdk.protocol import (
     InitResponse,
@@ -23,6 +22,7 @@ from rollout_sdk.protocol import (
     OpenAIFunctionToolSchema,
     RolloutRequest,
 )
+from rollout_sdk.store.record import RolloutRecord
 
 TRAINGATE = "http://traingate.test/base"
 

@@ -16,7 +16,6 @@ import pytest
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rollout_sdk.engine.outbound import OutboundPolicy, Reach
 from rollout_sdk.engine.rules import check_server_url
 from rollout_sdk.errors import ServerUrlRefused
 from rollout_sdk.http.admission import AdmissionMiddleware, is_json_content_type
@@ -25,6 +24,7 @@ from rollout_sdk.json_scan import Skeleton
 from rollout_sdk.protocol import MAX_JSON_NESTING, json_size
 from rollout_sdk.settings import KitSettings, RolloutSettings, load_settings
 from rollout_sdk.store.memory import MemoryStore
+from rollout_sdk.traingate.outbound import OutboundPolicy, Reach
 from testkit.asgi import http_scope
 
 from .support import EchoAgent, RecordingDispatcher, request_body

@@ -19,7 +19,6 @@ from rollout_sdk.agent.loop import (
     RolloutResult,
     debug_trace_path,
 )
-from rollout_sdk.engine.client import CHAT_PATH, TrainGateClient
 from rollout_sdk.errors import OsmosisRolloutError, OsmosisValidationError, RolloutCancelled
 from rollout_sdk.protocol import (
     OpenAIFunctionToolSchema,
@@ -28,6 +27,7 @@ from rollout_sdk.protocol import (
     RolloutStatus,
 )
 from rollout_sdk.settings import RolloutClientSettings
+from rollout_sdk.traingate.client import CHAT_PATH, TrainGateClient
 
 from .support import ADD_TOOL, TRAINGATE, FakeSleep, FakeTrainGate, completion, make_request
 

@@ -12,12 +12,12 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from rollout_sdk.engine.record import RecordState
 from rollout_sdk.errors import AgentLoopValidationError
 from rollout_sdk.http.app import create_app
 from rollout_sdk.http.auth import parse_authorization
 from rollout_sdk.settings import RolloutSettings, load_settings
 from rollout_sdk.store.memory import MemoryStore
+from rollout_sdk.store.record import RecordState
 
 from .support import EchoAgent, RecordingDispatcher, request_body
 

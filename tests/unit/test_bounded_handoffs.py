@@ -14,15 +14,15 @@ import pytest
 
 from rollout_sdk.dispatch.base import Job
 from rollout_sdk.engine.assembly import Engine
-from rollout_sdk.engine.client import COMPLETED_PATH, TrainGateClient
-from rollout_sdk.engine.record import RecordState
 from rollout_sdk.engine.service import RolloutService
-from rollout_sdk.engine.vault import LocalVault
 from rollout_sdk.errors import DispatchError
 from rollout_sdk.http.prometheus import PrometheusTelemetry
 from rollout_sdk.protocol import InitResponse
 from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.memory import MemoryStore
+from rollout_sdk.store.record import RecordState
+from rollout_sdk.traingate.client import COMPLETED_PATH, TrainGateClient
+from rollout_sdk.vault import LocalVault
 
 from .support import EchoAgent, FakeSleep, FakeTrainGate, RecordingDispatcher, make_request
 

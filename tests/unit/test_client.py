@@ -9,18 +9,6 @@ from typing import Any
 import httpx
 import pytest
 
-from rollout_sdk.engine.client import (
-    CHAT_PATH,
-    COMPLETED_PATH,
-    TrainGateClient,
-    is_retryable_status,
-    parse_retry_after,
-)
-from rollout_sdk.engine.transport import (
-    KEEPALIVE_EXPIRY_SECONDS,
-    AiohttpTransport,
-    StaleConnectionError,
-)
 from rollout_sdk.errors import (
     OsmosisServerError,
     OsmosisTimeoutError,
@@ -29,6 +17,18 @@ from rollout_sdk.errors import (
 )
 from rollout_sdk.protocol import RolloutResponse, RolloutStatus
 from rollout_sdk.settings import RolloutClientSettings
+from rollout_sdk.traingate.client import (
+    CHAT_PATH,
+    COMPLETED_PATH,
+    TrainGateClient,
+    is_retryable_status,
+    parse_retry_after,
+)
+from rollout_sdk.traingate.transport import (
+    KEEPALIVE_EXPIRY_SECONDS,
+    AiohttpTransport,
+    StaleConnectionError,
+)
 
 from .support import TRAINGATE, FakeSleep, FakeTrainGate, Reply, completion, responses
 

@@ -12,12 +12,12 @@ import httpx
 import pytest
 
 from rollout_sdk.agent.loop import RolloutContext, RolloutResult
-from rollout_sdk.engine.client import CHAT_PATH, COMPLETED_PATH, TrainGateClient
-from rollout_sdk.engine.record import RecordState
 from rollout_sdk.http.app import create_app
 from rollout_sdk.protocol import Message
 from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.memory import MemoryStore
+from rollout_sdk.store.record import RecordState
+from rollout_sdk.traingate.client import CHAT_PATH, COMPLETED_PATH, TrainGateClient
 from testkit.wait import until, until_true
 
 from .support import EchoAgent, FakeSleep, FakeTrainGate, request_body

@@ -11,19 +11,15 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from rollout_sdk.engine import cost
-from rollout_sdk.engine.cost import (
-    PRICE_TABLE,
-    PRICES_READ,
-    UNITS,
-    CostEstimate,
-    Costs,
-    Invocation,
-    LambdaPart,
-    Usage,
-    effective_prices,
-)
+from rollout_sdk import prices
+from rollout_sdk.aws import ledger as cost_ledger
+from rollout_sdk.aws import metering
+from rollout_sdk.aws.metering import Costs
+from rollout_sdk.cost import meter as cost_meter
+from rollout_sdk.cost.meter import Invocation
+from rollout_sdk.cost.usage import CostEstimate, LambdaPart, Usage
 from rollout_sdk.errors import ConfigurationError
+from rollout_sdk.prices import PRICE_TABLE, PRICES_READ, UNITS, effective_prices
 from rollout_sdk.protocol import RolloutResponse, RolloutStatus
 from rollout_sdk.settings import load_settings
 from testkit.cost import docs_usd
@@ -96,7 +92,7 @@ def test_seats_no_rollout_took_stop_sharing_when_the_handler_returns() -> None:
 
 def test_only_the_first_invocation_of_an_environment_carries_the_init() -> None:
     costs = Costs(hand_off="direct", memory_mb=512, architecture="arm64", init_seconds=1.2)
-    with costs.invocation("worker", seats=1) as first, cost.rollout() as meter:
+    with costs.invocation("worker", seats=1) as first, cost_meter.rollout() as meter:
         assert meter is not None
         (part,) = meter.usage().functions.values()
         assert part.init_seconds == pytest.approx(1.2)
@@ -107,11 +103,11 @@ def test_only_the_first_invocation_of_an_environment_carries_the_init() -> None:
 
 
 def test_outside_an_invocation_nothing_is_metered() -> None:
-    with cost.rollout() as meter:
+    with cost_meter.rollout() as meter:
         assert meter is None
-        assert cost.carried() is None
+        assert cost_meter.carried() is None
         response = RolloutResponse(rollout_id="r", status=RolloutStatus.COMPLETED)
-        assert cost.with_estimate(response) is response
+        assert cost_ledger.with_estimate(response) is response
 
 
 # --------------------------------------------------------------------------- prices
@@ -123,7 +119,7 @@ def test_every_price_names_its_page_and_what_it_was_checked_against() -> None:
         assert price.page.startswith("https://aws.amazon.com/"), name
         assert price.checked, name
     assert set(UNITS) <= set(PRICE_TABLE)
-    assert {f"lambda_gb_second_{arch}" for arch in cost.ARCHITECTURES} <= set(PRICE_TABLE)
+    assert {f"lambda_gb_second_{arch}" for arch in prices.ARCHITECTURES} <= set(PRICE_TABLE)
 
 
 def test_prices_are_overridden_by_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -220,7 +216,7 @@ def test_the_estimate_is_docs_cost_md_s_formula(overrides: dict[str, float]) -> 
 
 def test_a_malformed_carried_cost_is_left_out() -> None:
     costs = Costs(hand_off="direct", memory_mb=512, architecture="x86_64")
-    with costs.invocation("worker", seats=1), cost.rollout() as meter:
+    with costs.invocation("worker", seats=1), cost_meter.rollout() as meter:
         assert meter is not None
         meter.carry({"lambda": {"api": {"seconds": -1}}})
         meter.carry({"lambda": {"api": {"architecture": "sparc"}}})
@@ -230,11 +226,11 @@ def test_a_malformed_carried_cost_is_left_out() -> None:
 
 
 def test_http_api_requests_are_metered_in_512_kb_increments() -> None:
-    assert cost.http_api_requests({"body": "{}", "headers": {"a": "b"}}) == 1
-    assert cost.http_api_requests({"body": "x" * (512 * 1024)}) == 1
-    assert cost.http_api_requests({"body": "x" * (512 * 1024 + 1)}) == 2
-    assert cost.http_api_requests({"body": "x" * (2 * 512 * 1024 + 1)}) == 3
-    assert cost.http_api_requests(None) == 1
+    assert metering.http_api_requests({"body": "{}", "headers": {"a": "b"}}) == 1
+    assert metering.http_api_requests({"body": "x" * (512 * 1024)}) == 1
+    assert metering.http_api_requests({"body": "x" * (512 * 1024 + 1)}) == 2
+    assert metering.http_api_requests({"body": "x" * (2 * 512 * 1024 + 1)}) == 3
+    assert metering.http_api_requests(None) == 1
 
 
 # --------------------------------------------------------------------------- botocore hooks
@@ -242,7 +238,7 @@ def test_http_api_requests_are_metered_in_512_kb_increments() -> None:
 
 @pytest.fixture
 def dynamodb() -> Iterator[tuple[Any, Stubber, list[dict[str, Any]]]]:
-    client = cost.instrument(
+    client = metering.instrument(
         boto3.client(
             "dynamodb",
             region_name="us-east-1",
@@ -274,7 +270,7 @@ def test_dynamodb_units_are_what_dynamodb_reports_else_the_request_s_minimum(
     stubber.add_client_error("update_item", "ConditionalCheckFailedException")
     stubber.add_client_error("update_item", "ProvisionedThroughputExceededException")
     costs = Costs(hand_off="direct", memory_mb=512, architecture="x86_64")
-    with costs.invocation("worker", seats=1), cost.rollout() as meter:
+    with costs.invocation("worker", seats=1), cost_meter.rollout() as meter:
         assert meter is not None
         _update(client)
         _update(client)

@@ -9,12 +9,18 @@ from typing import Any
 import httpx
 import pytest
 
-from rollout_sdk.engine import cost
-from rollout_sdk.engine.client import COMPLETED_PATH
-from rollout_sdk.engine.cost import CostEstimate, Costs, LambdaPart, Usage, effective_prices
-from rollout_sdk.engine.record import RecordState, RolloutRecord
-from rollout_sdk.engine.responses import EXTRA_KEY, error_response
+from rollout_sdk.aws import ledger as cost_ledger
+from rollout_sdk.aws.ledger import MeteredLedger
+from rollout_sdk.aws.metering import Costs
+from rollout_sdk.cost import meter as cost_meter
+from rollout_sdk.cost.usage import CostEstimate, LambdaPart, Usage
+from rollout_sdk.engine.costs import NO_COSTS, CostLedger
+from rollout_sdk.engine.responses import error_response
 from rollout_sdk.errors import FailureCategory
+from rollout_sdk.prices import effective_prices
+from rollout_sdk.protocol import EXTRA_KEY
+from rollout_sdk.store.record import RecordState, RolloutRecord
+from rollout_sdk.traingate.client import COMPLETED_PATH
 from testkit.cost import docs_usd
 
 from .support import FakeTrainGate
@@ -42,11 +48,11 @@ def _sent_cost(gate: FakeTrainGate) -> dict[str, Any]:
 
 async def test_a_success_carries_its_figure_at_finish_and_the_sink_gets_the_full_one() -> None:
     gate = FakeTrainGate(chat_delay=0.01)
-    rig = await make_rig(gate=gate)
+    rig = await make_rig(gate=gate, costs=MeteredLedger())
     sink = Sink()
     carried = Usage(functions={"api": LambdaPart(0.04, 0.0, 512, "x86_64", 1)})
     carried.units.update(lambda_request=1, http_api_request=1, dynamodb_write_unit=4)
-    with _metered(sink).invocation("worker", seats=1), cost.rollout() as meter:
+    with _metered(sink).invocation("worker", seats=1), cost_meter.rollout() as meter:
         assert meter is not None
         meter.carry(carried.to_json())
         final = await rig.worker.run(JOB)
@@ -70,8 +76,8 @@ async def test_a_success_carries_its_figure_at_finish_and_the_sink_gets_the_full
 
 async def test_an_agent_error_carries_its_failure_and_its_cost() -> None:
     gate = FakeTrainGate()
-    rig = await make_rig(RaisingAgent(), gate=gate)
-    with _metered().invocation("worker", seats=1), cost.rollout():
+    rig = await make_rig(RaisingAgent(), gate=gate, costs=MeteredLedger())
+    with _metered().invocation("worker", seats=1), cost_meter.rollout():
         await rig.worker.run(JOB)
     (sent,) = gate.bodies(COMPLETED_PATH)
     kit = sent["extra_fields"][EXTRA_KEY]
@@ -81,13 +87,13 @@ async def test_an_agent_error_carries_its_failure_and_its_cost() -> None:
 
 async def test_a_kit_failure_in_the_worker_carries_its_failure_and_its_cost() -> None:
     gate = FakeTrainGate()
-    rig = await make_rig(gate=gate)
+    rig = await make_rig(gate=gate, costs=MeteredLedger())
 
     async def broken_finish(*_: Any, **__: Any) -> Any:
         raise RuntimeError("a bug in the kit")
 
     rig.store.finish = broken_finish  # type: ignore[method-assign]
-    with _metered().invocation("worker", seats=1), cost.rollout():
+    with _metered().invocation("worker", seats=1), cost_meter.rollout():
         final = await rig.worker.run(JOB)
     assert final is not None and final.state == RecordState.DELIVERED
     (sent,) = gate.bodies(COMPLETED_PATH)
@@ -96,10 +102,12 @@ async def test_a_kit_failure_in_the_worker_carries_its_failure_and_its_cost() ->
     assert kit["cost"]["lambda"]["worker"]["seconds"] > 0
 
 
-async def test_the_local_server_writes_no_estimate() -> None:
+@pytest.mark.parametrize("costs", [NO_COSTS, MeteredLedger()], ids=["unmetered", "metered"])
+async def test_the_local_server_writes_no_estimate(costs: CostLedger) -> None:
     gate = FakeTrainGate()
-    rig = await make_rig(gate=gate)
-    final = await rig.worker.run(JOB)  # no invocation: the local server's case
+    rig = await make_rig(gate=gate, costs=costs)
+    # The local server's engine has no ledger; a metered one outside an invocation has no meter.
+    final = await rig.worker.run(JOB)
     assert final is not None
     (sent,) = gate.bodies(COMPLETED_PATH)
     assert sent["extra_fields"] == {}
@@ -108,10 +116,10 @@ async def test_the_local_server_writes_no_estimate() -> None:
 
 async def test_a_parked_figure_grows_with_each_attempt_and_the_re_drive() -> None:
     gate = FakeTrainGate(completed=[httpx.Response(503)])
-    rig = await make_rig(gate=gate, complete_rollout_retries=2)
+    rig = await make_rig(gate=gate, complete_rollout_retries=2, costs=MeteredLedger())
     sink = Sink()
     costs = _metered(sink)
-    with costs.invocation("worker", seats=1), cost.rollout():
+    with costs.invocation("worker", seats=1), cost_meter.rollout():
         parked = await rig.worker.run(JOB)
     assert parked is not None and parked.state == RecordState.FINISHED
     assert sink.got == []  # not final: no metric yet
@@ -124,7 +132,7 @@ async def test_a_parked_figure_grows_with_each_attempt_and_the_re_drive() -> Non
     # The re-drive delivers it: its part is added to the parked figure.
     gate.completed_replies = [httpx.Response(200, json={"ok": True})]
     engine = rig.worker.settlement
-    with costs.invocation("redrive", shares_request=False), cost.rollout():
+    with costs.invocation("redrive", shares_request=False), cost_meter.rollout():
         delivered = await engine.settle(
             JOB.rollout_id, reason="re-drive", api_key="cb-key", force=True
         )
@@ -139,12 +147,12 @@ async def test_a_parked_figure_grows_with_each_attempt_and_the_re_drive() -> Non
 
 def test_with_estimate_keeps_the_failure_and_never_overwrites_what_is_not_the_kit_s() -> None:
     response = error_response("r", "boom", category=FailureCategory.TIMEOUT, attempt=2)
-    with _metered().invocation("worker", seats=1), cost.rollout():
-        merged = cost.with_estimate(response)
+    with _metered().invocation("worker", seats=1), cost_meter.rollout():
+        merged = cost_ledger.with_estimate(response)
         foreign = response.model_copy(
             update={"extra_fields": {"mine": 1, EXTRA_KEY: "not the kit's"}}
         )
-        untouched = cost.with_estimate(foreign)
+        untouched = cost_ledger.with_estimate(foreign)
     kit = merged.extra_fields[EXTRA_KEY]
     assert kit["failure"] == response.extra_fields[EXTRA_KEY]["failure"]
     assert kit["cost"]["at"] == "finish"

@@ -12,9 +12,7 @@ import pytest
 
 from rollout_sdk.agent.loop import RolloutContext, RolloutResult
 from rollout_sdk.dispatch.base import Job
-from rollout_sdk.engine.client import COMPLETED_PATH
-from rollout_sdk.engine.record import RecordState, expiry
-from rollout_sdk.engine.responses import EXTRA_KEY, failure_of
+from rollout_sdk.engine.responses import failure_of
 from rollout_sdk.engine.service import record_status
 from rollout_sdk.errors import (
     FailureCategory,
@@ -22,7 +20,10 @@ from rollout_sdk.errors import (
     RolloutCancelled,
     StoreError,
 )
+from rollout_sdk.protocol import EXTRA_KEY
 from rollout_sdk.store.memory import MemoryStore
+from rollout_sdk.store.record import RecordState, expiry
+from rollout_sdk.traingate.client import COMPLETED_PATH
 
 from .support import EchoAgent, FakeTrainGate
 from .test_worker import JOB, ErrorResultAgent, RaisingAgent, SlowAgent, make_rig

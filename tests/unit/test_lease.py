@@ -7,9 +7,9 @@ import asyncio
 from typing import Any, cast
 
 from rollout_sdk.engine.lease import Leases
-from rollout_sdk.engine.record import RecordState
 from rollout_sdk.settings import KitSettings
 from rollout_sdk.store.base import Store, TransitionResult
+from rollout_sdk.store.record import RecordState
 
 WITHIN = 5.0
 

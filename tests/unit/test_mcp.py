@@ -16,11 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
-from rollout_sdk.agent.loader import load_agent_loop
 from rollout_sdk.agent.loop import RolloutContext, RolloutLLMClient
 from rollout_sdk.agent.validation import validate_agent_loop
-from rollout_sdk.engine.client import TrainGateClient
 from rollout_sdk.errors import MCPLoadError, OsmosisRolloutError, RolloutError
+from rollout_sdk.loader import load_agent_loop
 from rollout_sdk.mcp import (
     MCPAgentLoop,
     agent_loop_from_folder,
@@ -32,6 +31,7 @@ from rollout_sdk.protocol import RolloutRequest, RolloutStatus
 from rollout_sdk.settings import RolloutClientSettings
 from rollout_sdk.testing.imports import AUTHOR_IMPORT, probe_import
 from rollout_sdk.testing.standin import TrainGateStandIn
+from rollout_sdk.traingate.client import TrainGateClient
 from testkit import REPO_ROOT
 from testkit.bodies import calculator_body
 

@@ -23,9 +23,6 @@ from rollout_sdk.agent.loop import RolloutContext, RolloutResult
 from rollout_sdk.aws.secrets import SecretServerKeys
 from rollout_sdk.dispatch.base import Job
 from rollout_sdk.engine.assembly import Engine
-from rollout_sdk.engine.client import COMPLETED_PATH, TrainGateClient
-from rollout_sdk.engine.record import RecordState
-from rollout_sdk.engine.vault import KmsVault
 from rollout_sdk.engine.worker import RolloutWorker
 from rollout_sdk.errors import StoreError
 from rollout_sdk.http.app import create_app
@@ -33,7 +30,10 @@ from rollout_sdk.protocol import Message
 from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.base import Store
 from rollout_sdk.store.memory import MemoryStore
+from rollout_sdk.store.record import RecordState
 from rollout_sdk.store.sqlite import SQLiteStore
+from rollout_sdk.traingate.client import COMPLETED_PATH, TrainGateClient
+from rollout_sdk.vault import KmsVault
 from testkit.wait import until_true
 
 from .support import (

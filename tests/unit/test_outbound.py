@@ -1,4 +1,4 @@
-"""The outbound policy (rollout_sdk/engine/outbound.py): which addresses, in every spelling a
+"""The outbound policy (rollout_sdk/traingate/outbound.py): which addresses, in every spelling a
 resolver accepts, each reach refuses; the allowlist's ``host:port`` entries; the resolver's
 check of every resolved address."""
 
@@ -11,12 +11,12 @@ import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
 from pydantic import ValidationError
 
-from rollout_sdk.engine.outbound import Kind, OutboundPolicy, Reach, kind_of
 from rollout_sdk.engine.rules import check_server_url
-from rollout_sdk.engine.transport import PolicyResolver, _Refused
 from rollout_sdk.errors import ServerUrlRefused
 from rollout_sdk.hosts import AllowedHost, literal_address
 from rollout_sdk.settings import KitSettings
+from rollout_sdk.traingate.outbound import Kind, OutboundPolicy, Reach, kind_of
+from rollout_sdk.traingate.transport import PolicyResolver, _Refused
 
 LAMBDA = OutboundPolicy(reach=Reach.PUBLIC)
 LOCAL = OutboundPolicy(reach=Reach.PRIVATE)

@@ -10,14 +10,14 @@ import httpx
 
 from rollout_sdk.dispatch.base import Job
 from rollout_sdk.engine.assembly import Engine
-from rollout_sdk.engine.client import CHAT_PATH, COMPLETED_PATH, TrainGateClient
-from rollout_sdk.engine.record import RecordState, expiry
 from rollout_sdk.engine.recovery import RESTART_REASON
-from rollout_sdk.engine.vault import LocalVault
 from rollout_sdk.protocol import RolloutResponse, RolloutStatus
 from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.base import TransitionResult
 from rollout_sdk.store.memory import MemoryStore
+from rollout_sdk.store.record import RecordState, expiry
+from rollout_sdk.traingate.client import CHAT_PATH, COMPLETED_PATH, TrainGateClient
+from rollout_sdk.vault import LocalVault
 from testkit.records import park_due_now
 
 from .support import EchoAgent, FakeSleep, FakeTrainGate, accepted_record

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from rollout_sdk.agent.loader import load_agent_loop, load_object
 from rollout_sdk.agent.registry import (
     AgentLoopRegistry,
     get_agent_loop,
@@ -18,6 +17,7 @@ from rollout_sdk.agent.registry import (
     unregister_agent_loop,
 )
 from rollout_sdk.errors import AgentLoopNotFoundError, ConfigurationError, OsmosisRolloutError
+from rollout_sdk.loader import load_agent_loop, load_object
 
 from .support import EchoAgent
 

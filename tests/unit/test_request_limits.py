@@ -11,7 +11,6 @@ import pytest
 from botocore.stub import Stubber
 from pydantic import ValidationError
 
-from rollout_sdk.engine.record import RolloutRecord, idempotency_slot
 from rollout_sdk.errors import RecordTooLarge, StoreError
 from rollout_sdk.http.app import create_app
 from rollout_sdk.local.emulator import local_session
@@ -26,6 +25,7 @@ from rollout_sdk.protocol import (
 )
 from rollout_sdk.store.dynamodb import ROLLOUT_PREFIX, SLOT_PREFIX, DynamoDBStore
 from rollout_sdk.store.memory import MemoryStore
+from rollout_sdk.store.record import RolloutRecord, idempotency_slot
 
 from .support import EchoAgent, RecordingDispatcher, make_request, request_body
 
@@ -97,7 +97,7 @@ def test_the_suffix_stays_the_path_of_every_accepted_url() -> None:
     # What the refusals protect: the kit's fixed path is the end of the URL it calls.
     from urllib.parse import urlsplit
 
-    from rollout_sdk.engine.client import CHAT_PATH
+    from rollout_sdk.traingate.client import CHAT_PATH
 
     for url in ("https://tg.test/base", "http://[::1]:8080", "https://tg.test/a%2Fb"):
         called = urlsplit(make_request(server_url=url).server_url + CHAT_PATH)

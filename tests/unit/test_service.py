@@ -7,11 +7,11 @@ import time
 import pytest
 
 from rollout_sdk.dispatch.base import Job
-from rollout_sdk.engine.record import RecordState
 from rollout_sdk.engine.service import RolloutService
 from rollout_sdk.errors import DispatchError
 from rollout_sdk.settings import load_settings
 from rollout_sdk.store.memory import MemoryStore
+from rollout_sdk.store.record import RecordState
 
 from .support import EchoAgent, make_request
 

@@ -19,22 +19,22 @@ from prometheus_client.samples import Sample
 
 from rollout_sdk.agent.loop import RolloutContext, RolloutResult
 from rollout_sdk.engine.assembly import Engine
-from rollout_sdk.engine.client import TrainGateClient
-from rollout_sdk.engine.record import RecordState
-from rollout_sdk.engine.telemetry import (
-    EmitFailures,
-    Metric,
-    RolloutLogFilter,
-    current_rollout,
-    rollout_scope,
-)
-from rollout_sdk.engine.vault import LocalVault
 from rollout_sdk.errors import ConfigurationError
 from rollout_sdk.http.app import create_app
 from rollout_sdk.http.prometheus import CONTENT_TYPE, PrometheusTelemetry
 from rollout_sdk.local.server import build_local_app
 from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.memory import MemoryStore
+from rollout_sdk.store.record import RecordState
+from rollout_sdk.telemetry import (
+    EmitFailures,
+    Metric,
+    RolloutLogFilter,
+    current_rollout,
+    rollout_scope,
+)
+from rollout_sdk.traingate.client import TrainGateClient
+from rollout_sdk.vault import LocalVault
 
 from .support import EchoAgent, FakeSleep, FakeTrainGate, RecordingDispatcher, request_body
 

@@ -18,8 +18,8 @@ from rollout_sdk import (
     RolloutContext,
     RolloutMetrics,
 )
-from rollout_sdk.engine.client import CHAT_PATH, COMPLETED_PATH
 from rollout_sdk.settings import RolloutClientSettings
+from rollout_sdk.traingate.client import CHAT_PATH, COMPLETED_PATH
 
 from .support import TRAINGATE, FakeTrainGate, completion, make_request
 

@@ -706,7 +706,7 @@ def test_tool_response_media_lists_and_checks() -> None:
 
 
 def test_the_kits_llm_client_is_an_llm_client_protocol() -> None:
-    from rollout_sdk.engine.client import TrainGateClient
+    from rollout_sdk.traingate.client import TrainGateClient
 
     llm = rollout_sdk.RolloutLLMClient(
         TrainGateClient(), server_url="http://tg", rollout_id="r", api_key=None

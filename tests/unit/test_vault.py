@@ -15,11 +15,14 @@ from typing import Any
 
 import pytest
 
-from rollout_sdk.engine import vault as vault_module
-from rollout_sdk.engine.client import COMPLETED_PATH
-from rollout_sdk.engine.record import MAX_HANDOFF_WAIT_SECONDS, RecordState
+from rollout_sdk import vault as vault_module
 from rollout_sdk.engine.service import slot_expiry
-from rollout_sdk.engine.vault import (
+from rollout_sdk.errors import StoreError
+from rollout_sdk.local.emulator import load_template
+from rollout_sdk.settings import KitSettings, RolloutServerSettings, load_settings
+from rollout_sdk.store.record import MAX_HANDOFF_WAIT_SECONDS, RecordState
+from rollout_sdk.traingate.client import COMPLETED_PATH
+from rollout_sdk.vault import (
     BOUND,
     CONTEXT,
     PURPOSE,
@@ -29,9 +32,6 @@ from rollout_sdk.engine.vault import (
     associated_data,
     encryption_context,
 )
-from rollout_sdk.errors import StoreError
-from rollout_sdk.local.emulator import load_template
-from rollout_sdk.settings import KitSettings, RolloutServerSettings, load_settings
 
 from .support import accepted_record
 from .test_recovery import KEY, rig
@@ -105,10 +105,10 @@ async def test_an_unbound_local_token_opens_for_any_rollout_before_the_cutoff_an
     vault = LocalVault(key_file, clock=lambda: now[0])
     old = old_local_token(key_file, KEY)
     assert ":" not in old
-    caplog.set_level(logging.WARNING, logger="rollout_sdk.engine.vault")
+    caplog.set_level(logging.WARNING, logger="rollout_sdk.vault")
     assert await vault.open(old, rollout_id="rollout-a") == KEY
     assert await vault.open(old, rollout_id="rollout-b") == KEY  # unbound: as before
-    warnings = [r for r in caplog.records if r.name == "rollout_sdk.engine.vault"]
+    warnings = [r for r in caplog.records if r.name == "rollout_sdk.vault"]
     assert len(warnings) == 1 and "before keys were bound" in warnings[0].getMessage()
     now[0] = UNBOUND_TOKENS_OPEN_UNTIL
     with pytest.raises(StoreError, match="open until 2027-03-01 only"):

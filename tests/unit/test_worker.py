@@ -13,14 +13,15 @@ import pytest
 from rollout_sdk.agent.loop import RolloutContext, RolloutResult
 from rollout_sdk.dispatch.base import Job
 from rollout_sdk.engine.assembly import Engine
-from rollout_sdk.engine.client import CHAT_PATH, COMPLETED_PATH, TrainGateClient
-from rollout_sdk.engine.record import RecordState, RolloutRecord, expiry
+from rollout_sdk.engine.costs import NO_COSTS, CostLedger
 from rollout_sdk.engine.responses import error_response
 from rollout_sdk.engine.worker import RolloutWorker
 from rollout_sdk.errors import FailureCategory
 from rollout_sdk.protocol import InitResponse, Message, RolloutRequest, RolloutStatus
 from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.memory import MemoryStore
+from rollout_sdk.store.record import RecordState, RolloutRecord, expiry
+from rollout_sdk.traingate.client import CHAT_PATH, COMPLETED_PATH, TrainGateClient
 
 from .support import ADD_TOOL, EchoAgent, FakeSleep, FakeTrainGate, completion, make_request
 
@@ -109,6 +110,7 @@ async def make_rig(
     *,
     gate: FakeTrainGate | None = None,
     complete_rollout_retries: int = 2,
+    costs: CostLedger = NO_COSTS,
 ) -> Rig:
     store = MemoryStore()
     gate = gate or FakeTrainGate()
@@ -128,7 +130,11 @@ async def make_rig(
     )
     assert (await store.create(record, now=now)).created
     engine = Engine.build(
-        store=store, client=client, settings=load_settings(), agent_loop=agent or TwoTurnAgent()
+        store=store,
+        client=client,
+        settings=load_settings(),
+        agent_loop=agent or TwoTurnAgent(),
+        costs=costs,
     )
     return Rig(engine.require_worker(), store, gate, sleep, request)
 
@@ -500,7 +506,7 @@ class CatchingAgent(EchoAgent):
 async def test_a_refused_address_ends_the_rollout_once_and_its_callback_is_not_sent(
     agent: EchoAgent,
 ) -> None:
-    from rollout_sdk.engine.transport import AddressRefusedError
+    from rollout_sdk.traingate.transport import AddressRefusedError
 
     refused = AddressRefusedError("'traingate.test' resolves to 10.0.0.1, which is private")
     rig = await make_rig(agent, gate=FakeTrainGate(chat=[refused], completed=[refused]))
@@ -523,7 +529,7 @@ async def test_a_refused_address_ends_the_rollout_once_and_its_callback_is_not_s
 
 
 async def test_an_oversized_chat_answer_ends_the_rollout_in_its_own_category() -> None:
-    from rollout_sdk.engine.transport import AnswerTooLargeError
+    from rollout_sdk.traingate.transport import AnswerTooLargeError
 
     too_large = AnswerTooLargeError("the answer's body is larger than that")
     rig = await make_rig(CatchingAgent(), gate=FakeTrainGate(chat=[too_large]))

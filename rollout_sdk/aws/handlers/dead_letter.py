@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from rollout_sdk.aws.handlers.queue import open_job
+from rollout_sdk.aws import metering
+from rollout_sdk.cost import meter as cost_meter
 from rollout_sdk.dispatch.sqs import job_from_message
-from rollout_sdk.engine import cost
-from rollout_sdk.engine.telemetry import rollout_scope
 from rollout_sdk.errors import StoreError
+from rollout_sdk.stack import LambdaFunction
+from rollout_sdk.telemetry import rollout_scope
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
@@ -30,6 +31,7 @@ def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None
     opens the key or the message's retention (14 days) runs out. The others, settled already,
     find their records final and send nothing twice.
     """
+    # Here: only the dead-letter function loads the data classes, at its first call.
     from aws_lambda_powertools.utilities.data_classes import SQSEvent
 
     # One at a time, not a batch processor: nothing is retried from a dead-letter queue (but a
@@ -41,9 +43,9 @@ def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None
         return {"status": "settled", "rollouts": settled}
     records = list(SQSEvent(event).records)
     # Metered: each dead letter's rollout is charged its share of this invocation.
-    with runtime.costs.invocation("dead-letters", context, seats=len(records)):
+    with runtime.metered(LambdaFunction.DEAD_LETTERS, context, seats=len(records)):
         for record in records:
-            with cost.rollout() as meter:
+            with cost_meter.rollout() as meter:
                 _report(runtime, record, meter, settled, kept, batch=len(records))
     if kept:
         raise StoreError(
@@ -56,7 +58,7 @@ def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None
 def _report(
     runtime: LambdaRuntime,
     record: SQSRecord,
-    meter: cost.RolloutMeter | None,
+    meter: cost_meter.RolloutMeter | None,
     settled: list[dict[str, str]],
     kept: list[str],
     *,
@@ -71,10 +73,12 @@ def _report(
     with rollout_scope(queued.rollout_id):  # every log line of it carries its rollout_id
         if meter is not None:
             meter.carry(queued.cost)  # the API function's part
-            cost.queued(meter, batch=batch)
+            metering.queued(meter, batch=batch)
         try:
             job = runtime.run(
-                open_job(runtime, queued, then="the dead letter is kept and delivered again")
+                runtime.settlement.open_queued(
+                    queued, then="the dead letter is kept and delivered again"
+                )
             )
         except StoreError:
             kept.append(queued.rollout_id)

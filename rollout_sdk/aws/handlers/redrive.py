@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rollout_sdk.errors import ScanDenied
+from rollout_sdk.stack import LambdaFunction
 
 if TYPE_CHECKING:
     from rollout_sdk.aws.runtime import InvocationContext, LambdaRuntime
@@ -37,7 +38,7 @@ def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None
     # its "time" and "resources"); the pass reads the clock and the store, so it is not parsed.
     # Each rollout the pass takes up is charged its share of the pass (recovery opens its meter);
     # the schedule's own invocation request, and its time on no rollout, are fixed costs.
-    with runtime.costs.invocation("redrive", context, shares_request=False):
+    with runtime.metered(LambdaFunction.REDRIVE, context, shares_request=False):
         report = runtime.run(runtime.recovery.redrive())
     return {
         "status": "done",

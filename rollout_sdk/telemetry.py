@@ -27,6 +27,7 @@ from contextvars import ContextVar
 from enum import StrEnum
 from typing import Protocol
 
+# The name it logged under before it moved out of engine/, kept for log filters.
 logger = logging.getLogger("rollout_sdk.engine.telemetry")
 
 

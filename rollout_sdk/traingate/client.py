@@ -3,7 +3,7 @@
 One transport holds one connection pool and one TLS context for the whole process; the reference
 built a client per rollout and paid about 22 ms of CPU per TLS context. Each call builds an
 ``httpx.Request`` and hands it straight to an ``httpx.AsyncBaseTransport``: by default the kit's
-:class:`~rollout_sdk.engine.transport.AiohttpTransport` (chosen by measurement, see that module),
+:class:`~rollout_sdk.traingate.transport.AiohttpTransport` (chosen by measurement, see that module),
 in tests ``httpx.MockTransport``. ``httpx.AsyncClient`` is not used: its per-request work
 (merging URLs, headers and cookies, auth and redirect flows) cost more CPU than the whole
 exchange on the wire, and TrainGate needs none of it.
@@ -11,12 +11,16 @@ exchange on the wire, and TrainGate needs none of it.
 Retries follow the kit rules: 5xx, 408, 429, timeouts and dropped connections are retried with
 exponential backoff and jitter, ``Retry-After`` is honoured, any 2xx is success, any other 4xx is
 final. A request that fails on a reused pooled connection before any answer
-(:class:`~rollout_sdk.engine.transport.StaleConnectionError`) is sent once more at once, on a new
+(:class:`~rollout_sdk.traingate.transport.StaleConnectionError`) is sent once more at once, on a new
 connection, without counting against the retries: the server most likely closed the idle
 connection, and the one duplicate this can make (the first copy had arrived after all) is the
 one HTTP allows for a POST whose answer was lost (docs/architecture.md, "Duplicates").
 
 Nothing above this module sees an httpx exception: each is translated into the kit's own tree.
+
+httpx and the transport are imported inside the functions that use them: the author API imports
+this module (``ctx.chat`` wraps the client), and an agent author's import loads no HTTP client
+(``tests/unit/test_imports.py``); the first call pays for them.
 """
 
 from __future__ import annotations
@@ -30,8 +34,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rollout_sdk.engine.outbound import OutboundPolicy
-from rollout_sdk.engine.telemetry import NO_TELEMETRY, Metric, Span
 from rollout_sdk.errors import (
     AnswerTooLarge,
     OsmosisServerError,
@@ -42,11 +44,13 @@ from rollout_sdk.errors import (
 )
 from rollout_sdk.protocol import CompletionsResponse, RolloutResponse
 from rollout_sdk.settings import RolloutClientSettings
+from rollout_sdk.telemetry import NO_TELEMETRY, Metric, Span
+from rollout_sdk.traingate.outbound import OutboundPolicy
 
 if TYPE_CHECKING:
     import httpx
 
-    from rollout_sdk.engine.telemetry import Telemetry
+    from rollout_sdk.telemetry import Telemetry
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETED_PATH = "/v1/rollout/completed"
@@ -180,7 +184,7 @@ class TrainGateClient:
         if self._transport is None:
             # Imported here, not at the top: the API function never calls TrainGate, and the
             # HTTP stack is a tenth of its cold start.
-            from rollout_sdk.engine.transport import AiohttpTransport
+            from rollout_sdk.traingate.transport import AiohttpTransport
 
             self._transport = AiohttpTransport(
                 max_connections=self.settings.max_connections, policy=self.policy
@@ -197,6 +201,7 @@ class TrainGateClient:
     def _url(self, url: str) -> httpx.URL:
         parsed = self._urls.get(url)
         if parsed is None:
+            # Here: no HTTP client at import (the module docstring).
             import httpx
 
             if len(self._urls) >= _URL_CACHE_SIZE:
@@ -217,6 +222,7 @@ class TrainGateClient:
 
     async def _send(self, url: str, content: bytes, api_key: str | None) -> httpx.Response:
         """One POST of ``content``, its answer read whole."""
+        # Here: no HTTP client at import (the module docstring).
         import httpx
 
         headers = [(b"Content-Type", b"application/json")]
@@ -239,9 +245,11 @@ class TrainGateClient:
     async def _post(self, url: str, content: bytes, api_key: str | None) -> httpx.Response:
         """:meth:`_send`, sent once more at once when a reused connection failed before any
         answer; every other failure becomes a :class:`_RetryableFailure`."""
+        # Here: no HTTP client at import (the module docstring).
         import httpx
 
-        from rollout_sdk.engine.transport import (
+        # Here: no HTTP client at import (the module docstring).
+        from rollout_sdk.traingate.transport import (
             AddressRefusedError,
             AnswerTooLargeError,
             StaleConnectionError,

@@ -7,7 +7,7 @@ transport, called without ``httpx.AsyncClient`` above it, comes within a few ten
 millisecond of aiohttp alone. httpcore's pool looks at every pooled connection on each request
 (encode/httpcore#1035); aiohttp keeps idle connections per host in a queue and takes the newest.
 
-The seam stays httpx's: :class:`~rollout_sdk.engine.client.TrainGateClient` builds an
+The seam stays httpx's: :class:`~rollout_sdk.traingate.client.TrainGateClient` builds an
 ``httpx.Request`` and hands it to any ``httpx.AsyncBaseTransport``; tests give it
 ``httpx.MockTransport``, and ``httpx.AsyncHTTPTransport`` still works. This module is written
 here rather than taken from the httpx-aiohttp package because the client's error rules need what
@@ -19,7 +19,7 @@ than ``max_answer_bytes`` after decoding: past that the call fails (:class:`Answ
 without reading on. Bodies are decoded by aiohttp as they stream in, so the limit holds for a
 compressed answer too.
 
-Given an :class:`~rollout_sdk.engine.outbound.OutboundPolicy`, it connects only where the policy
+Given an :class:`~rollout_sdk.traingate.outbound.OutboundPolicy`, it connects only where the policy
 allows: a literal host is checked before the request is sent, and a name's resolved addresses in
 the resolver the connector is given (:class:`PolicyResolver`), every time the name is resolved,
 so a name that re-resolves to a refused address is not contacted
@@ -47,7 +47,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 if TYPE_CHECKING:
     from types import SimpleNamespace
 
-    from rollout_sdk.engine.outbound import OutboundPolicy
+    from rollout_sdk.traingate.outbound import OutboundPolicy
 
 #: Seconds an idle pooled connection is kept: below the idle timeouts of common servers
 #: (uvicorn 5 s, gunicorn 2 s is the exception, nginx 75 s, AWS ALB 60 s), so the pool rarely

@@ -1,4 +1,9 @@
-"""Load an agent loop named as ``module:attribute`` (the form ``template.yaml`` and the CLI use)."""
+"""Load an agent loop named as ``module:attribute`` (the form ``template.yaml`` and the CLI use),
+or as ``mcp:FOLDER``.
+
+Above both the agent API and :mod:`rollout_sdk.mcp`, which it can load; the runtimes (Lambda's
+composition root, the CLI) call it.
+"""
 
 from __future__ import annotations
 
@@ -55,6 +60,8 @@ def load_agent_loop(spec: str) -> Any:
     be loaded. (``mcp`` is also the MCP SDK's package name, which holds no agent loop.)
     """
     if spec.startswith("mcp:"):
+        # Here, not at the top: the mcp extra may not be installed, and an agent given as
+        # module:attribute never needs it.
         from rollout_sdk.mcp import agent_loop_from_folder
 
         return agent_loop_from_folder(spec.removeprefix("mcp:"))

@@ -5,7 +5,7 @@ A deployed kit holds a callback key TrainGate trusts and may run inside a user's
 address it calls (``server_url``) comes from the init. So every connection the TrainGate client
 (and ``rollout-sdk test``'s forwarder) opens is checked against this policy after resolution: a
 literal address when the URL is sent, a name's every resolved address in the resolver the
-transport's connector is given (:class:`~rollout_sdk.engine.transport.AiohttpTransport`), so a
+transport's connector is given (:class:`~rollout_sdk.traingate.transport.AiohttpTransport`), so a
 name that resolves, or later re-resolves, to a refused address is never contacted. Init resolves
 nothing: it checks the allowlist and literal addresses only (:mod:`rollout_sdk.engine.rules`).
 

@@ -45,7 +45,7 @@ from rollout_sdk.errors import StoreError
 if TYPE_CHECKING:
     from mypy_boto3_kms import KMSClient
 
-logger = logging.getLogger("rollout_sdk.engine.vault")
+logger = logging.getLogger("rollout_sdk.vault")
 
 #: Binds a sealed token to its purpose, so it cannot be replayed as something else: the
 #: ``purpose`` of every encryption context (template.yaml's key policy insists on it).
@@ -183,6 +183,7 @@ class LocalVault:
     def __init__(
         self, key_file: str | Path | None = None, *, clock: Callable[[], float] = time.time
     ) -> None:
+        # Here: the Lambda functions seal with KMS and never load cryptography.
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
         self.key_file = Path(key_file) if key_file else None
@@ -213,6 +214,7 @@ class LocalVault:
         return BOUND + base64.urlsafe_b64encode(nonce + sealed).decode()
 
     async def open(self, token: str, *, rollout_id: str) -> str:
+        # Here, as at construction: cryptography only where a local vault is built.
         from cryptography.exceptions import InvalidTag
 
         body, context = opening(token, rollout_id, now=self._clock())
@@ -265,7 +267,7 @@ class KmsVault:
 
     async def _call(self, work: Callable[[], str]) -> str:
         # In the caller's context, as asyncio.to_thread runs a call: the request is charged to
-        # the rollout that asked for it (rollout_sdk.engine.cost).
+        # the rollout that asked for it (rollout_sdk.cost.meter).
         context = contextvars.copy_context()
         try:
             future = asyncio.get_running_loop().run_in_executor(self._executor, context.run, work)
@@ -285,6 +287,7 @@ class KmsVault:
         self._executor.shutdown(wait=True)
 
     def _seal(self, plaintext: str, rollout_id: str) -> str:
+        # Here: the local server never loads botocore.
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
@@ -300,6 +303,7 @@ class KmsVault:
         return BOUND + base64.b64encode(blob).decode()
 
     def _open(self, body: str, context: dict[str, str], rollout_id: str) -> str:
+        # Here: the local server never loads botocore.
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:

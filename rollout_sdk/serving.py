@@ -2,7 +2,8 @@
 
 An agent module written for v1 often imports ``serve_agent_loop`` for its ``__main__`` block. The
 Lambda artifact leaves the local server out, so the name must resolve without it: only calling it
-needs the local server (:mod:`rollout_sdk.local.server`).
+needs the local server (:mod:`rollout_sdk.local.server`), imported then. So this module sits
+above ``local/``, beside the facade that exports it, and nothing below imports it.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ def serve_agent_loop(
             file=sys.stderr,
         )
     try:
+        # Here: the Lambda artifact leaves local/ out; only calling this needs it.
         from rollout_sdk.local import server
     except ImportError as exc:
         raise ServeError(
