@@ -216,6 +216,7 @@ class Costs:
         architecture: str | None = None,
         init_seconds: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
+        sink: CostSink | None = None,
     ) -> None:
         self.hand_off = hand_off
         self.prices = effective_prices(prices)
@@ -224,12 +225,18 @@ class Costs:
         self.architecture = architecture or machine_architecture()
         self._init_seconds = init_seconds
         self.clock = clock
-        #: Where a rollout's full figure goes once it is final. None: only the record keeps it.
-        #: The telemetry port sets this to emit the metric RolloutCost.
-        self.sink: CostSink | None = None
+        self._sink = sink
+
+    @property
+    def sink(self) -> CostSink | None:
+        """Where a rollout's full figure goes once it is final (None: only the record keeps
+        it); on Lambda, the metric RolloutCost. Given at construction."""
+        return self._sink
 
     @classmethod
-    def for_lambda(cls, settings: RolloutSettings, *, init_seconds: float) -> Costs:
+    def for_lambda(
+        cls, settings: RolloutSettings, *, init_seconds: float, sink: CostSink | None = None
+    ) -> Costs:
         overrides = settings.kit.price_overrides()
         return cls(
             hand_off=settings.aws.hand_off,
@@ -237,6 +244,7 @@ class Costs:
             overridden=bool(overrides),
             memory_mb=settings.aws.function_memory_mb,
             init_seconds=init_seconds,
+            sink=sink,
         )
 
     def _take_init(self) -> float:

@@ -202,19 +202,17 @@ class LambdaRuntime:
     @cached_property
     def costs(self) -> Costs:
         """The environment's facts for the per-rollout cost estimate; the handlers open its
-        invocations. ``costs.sink`` is where a rollout's full figure goes once it is final."""
+        invocations. A rollout's full figure, once it is final, goes to the metric RolloutCost."""
         from rollout_sdk.aws.metering import Costs
         from rollout_sdk.telemetry import Metric
 
-        costs = Costs.for_lambda(self.settings, init_seconds=self.init_seconds)
         telemetry = self.telemetry
 
         def metric(record: RolloutRecord, estimate: CostEstimate) -> None:
             # The full figure, after delivery and re-drive: metric RolloutCost (US dollars).
             telemetry.observe(Metric.ROLLOUT_COST, estimate.usd)
 
-        costs.sink = metric
-        return costs
+        return Costs.for_lambda(self.settings, init_seconds=self.init_seconds, sink=metric)
 
     @cached_property
     def telemetry(self) -> EmfTelemetry:

@@ -19,7 +19,7 @@ import pytest
 
 from examples.calculator.agent import CalculatorAgent
 from rollout_sdk import RolloutContext, RolloutResult
-from rollout_sdk.aws.metering import machine_architecture
+from rollout_sdk.aws.metering import Costs, machine_architecture
 from rollout_sdk.cost.usage import CostEstimate
 from rollout_sdk.local.emulator import LocalResources
 from rollout_sdk.local.invoke import invoke, load_event
@@ -63,7 +63,13 @@ class Metered:
             clients.dynamodb, clients.kms, clients.sqs, clients.s3, clients.lambda_
         )
         self.sink = Sink()
-        handler.runtime.costs.sink = self.sink
+        runtime = handler.runtime
+        # The runtime's costs with this sink in place of the metric, before their first use:
+        # a sink is given when the costs are built, never set afterwards.
+        assert "costs" not in vars(runtime)
+        vars(runtime)["costs"] = Costs.for_lambda(
+            runtime.settings, init_seconds=runtime.init_seconds, sink=self.sink
+        )
 
     def invoke(self, function: str, event: Any, timeout: float) -> tuple[Any, float, Counter[Any]]:
         """The call, its wall time, and the requests it made."""

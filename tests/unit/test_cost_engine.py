@@ -36,9 +36,9 @@ class Sink:
 
 
 def _metered(sink: Sink | None = None) -> Costs:
-    costs = Costs(hand_off="direct", memory_mb=1024, architecture="arm64", init_seconds=0.5)
-    costs.sink = sink
-    return costs
+    return Costs(
+        hand_off="direct", memory_mb=1024, architecture="arm64", init_seconds=0.5, sink=sink
+    )
 
 
 def _sent_cost(gate: FakeTrainGate) -> dict[str, Any]:
