@@ -150,7 +150,6 @@ def measure(path: Path) -> dict[str, Any]:
         store=MemoryStore(),
         dispatcher=_KeepingDispatcher(),
         settings=load_settings(),
-        redrive=False,
     )
     asyncio.run(_post(app, _body(rollout_id="warm-up")))
     body = path.read_bytes()

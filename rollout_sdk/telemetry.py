@@ -95,7 +95,8 @@ class Telemetry(Protocol):
 
 
 class NoTelemetry:
-    """Observes nothing: the default, and what ``create_app`` uses unless asked for metrics."""
+    """Observes nothing: the default, and what ``create_app`` uses (the local server's metrics
+    are Prometheus')."""
 
     def count(self, metric: Metric, value: float = 1, /, **dimensions: str) -> None:
         """Nothing."""

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from rollout_sdk.aws.metering import Costs
     from rollout_sdk.aws.telemetry import EmfTelemetry
     from rollout_sdk.cost.usage import CostEstimate
-    from rollout_sdk.dispatch.base import Dispatcher
+    from rollout_sdk.dispatch.base import Dispatcher, Job
     from rollout_sdk.engine.assembly import Engine
     from rollout_sdk.engine.recovery import Recovery
     from rollout_sdk.engine.settlement import Settlement
@@ -261,7 +261,8 @@ class LambdaRuntime:
     @cached_property
     def engine(self) -> Engine:
         """The environment's one engine (worker, delivery, settlement, recovery), on the same
-        store, client and vault; the API function's app shares it."""
+        store, client and vault; the API function's app shares it. Its recovery hands off
+        again through the template's hand-off (:meth:`_hand_off`)."""
         from rollout_sdk.aws.ledger import MeteredLedger
         from rollout_sdk.engine.assembly import Engine
 
@@ -273,7 +274,14 @@ class LambdaRuntime:
             agent_loop=self.agent_loop,
             telemetry=self.telemetry,
             costs=MeteredLedger(),
+            hand_off=self._hand_off,
         )
+
+    async def _hand_off(self, job: Job) -> None:
+        """The re-drive's hand-off of a rollout a duplicate init's failed hand-off left
+        waiting: through the template's dispatcher, built when first needed (a worker
+        function's cold start never builds it)."""
+        await self.dispatcher.dispatch(job)
 
     @cached_property
     def worker(self) -> RolloutWorker:
@@ -287,11 +295,11 @@ class LambdaRuntime:
 
     @cached_property
     def recovery(self) -> Recovery:
-        """The engine's recovery (the scheduled re-drive), handing off again through the
-        template's hand-off what a duplicate init's failed hand-off left waiting."""
-        recovery = self.engine.recovery
-        recovery.hand_off = self.dispatcher.dispatch
-        return recovery
+        """The engine's recovery (the scheduled re-drive). Its hand-off's dispatcher is built
+        now, so that a hand-off the environment misconfigures fails the re-drive's cold start,
+        not its first re-hand-off."""
+        _ = self.dispatcher
+        return self.engine.recovery
 
     # ------------------------------------------------------------------ API function
 
@@ -339,23 +347,16 @@ class LambdaRuntime:
 
     @cached_property
     def app(self) -> FastAPI:
-        """The same app the local server runs, on DynamoDB and the Lambda dispatcher."""
-        from rollout_sdk.http.app import create_app
+        """The Lambda API function's composition of the app the local server runs, on
+        DynamoDB and the template's hand-off."""
+        from rollout_sdk.http.app import lambda_api_app
 
-        return create_app(
+        return lambda_api_app(
             self.agent_loop,
-            settings=self.settings,
-            engine=self.engine,
-            dispatcher=self.dispatcher,
+            self.engine,
+            self.dispatcher,
             key_provider=self.server_keys,
             docs=self.aws.enable_docs,
-            # Nothing may run after a Lambda response: no timers. The re-drive and the failure
-            # destination are functions of their own, and the key is sealed only when parked.
-            seal_at_init=False,
-            sweep_on_start=False,
-            redrive=False,
-            # The API's cold start builds only the models its routes declare.
-            build_all_models=False,
         )
 
 

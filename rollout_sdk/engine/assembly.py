@@ -1,9 +1,10 @@
 """The engine of one runtime, assembled once: each collaborator built once and shared.
 
-The local server (``create_app``), the Lambda composition root (``rollout_sdk.aws.runtime``)
-and ``rollout-sdk redrive`` each build one :class:`Engine`. Delivery, settlement and recovery
-need only the store, the TrainGate client and the vault; the worker exists only where an agent
-loop runs.
+The local server and ``create_app`` (``rollout_sdk.http.app.local_engine``), the Lambda
+composition root (``rollout_sdk.aws.runtime``) and ``rollout-sdk redrive`` each build one
+:class:`Engine`. Delivery, settlement and recovery need only the store, the TrainGate client and
+the vault; the worker exists only where an agent loop runs. Every collaborator is complete when
+built: nothing is wired in afterwards (the recovery's hand-off included).
 """
 
 from __future__ import annotations
@@ -18,18 +19,22 @@ from rollout_sdk.engine.cancels import CancelSignals
 from rollout_sdk.engine.costs import NO_COSTS, CostLedger
 from rollout_sdk.engine.delivery import Delivery
 from rollout_sdk.engine.lease import Leases
-from rollout_sdk.engine.recovery import Recovery
+from rollout_sdk.engine.recovery import HandOff, Recovery
 from rollout_sdk.engine.settlement import Settlement
 from rollout_sdk.engine.worker import RolloutWorker
 from rollout_sdk.telemetry import NO_TELEMETRY
 
 if TYPE_CHECKING:
     from rollout_sdk.agent.loop import RolloutAgentLoop
+    from rollout_sdk.dispatch.base import Dispatcher
     from rollout_sdk.settings import RolloutSettings
     from rollout_sdk.store.base import Store
     from rollout_sdk.telemetry import Telemetry
     from rollout_sdk.traingate.client import TrainGateClient
     from rollout_sdk.vault import KeyVault
+
+#: Builds the dispatcher that runs the engine's own worker (the local server's in-process one).
+DispatcherFor = Callable[[RolloutWorker], "Dispatcher"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,9 @@ class Engine:
     telemetry: Telemetry = NO_TELEMETRY
     #: The cost estimate's figures (on Lambda; nothing on the local server).
     costs: CostLedger = NO_COSTS
+    #: The dispatcher that runs this engine's worker, when the engine built it (locally; on
+    #: Lambda the hand-off invokes another function, and the runtime holds that dispatcher).
+    dispatcher: Dispatcher | None = None
 
     @classmethod
     def build(
@@ -66,11 +74,24 @@ class Engine:
         clock: Callable[[], float] = time.time,
         telemetry: Telemetry = NO_TELEMETRY,
         costs: CostLedger = NO_COSTS,
+        dispatcher: DispatcherFor | None = None,
+        hand_off: HandOff | None = None,
     ) -> Engine:
         """Build each collaborator once; the worker only when ``agent_loop`` is given.
         ``telemetry`` gets every transition's metrics (the TrainGate client takes its own, so
         that it can be built before the engine: give it the same one); ``costs`` the cost
-        estimate's figures (on Lambda; nothing on the local server)."""
+        estimate's figures (on Lambda; nothing on the local server).
+
+        The recovery re-hands-off a rollout whose extra hand-off failed through ``dispatcher``,
+        built here from the engine's worker (the engine keeps it), or through ``hand_off`` (on
+        Lambda: the runtime's dispatcher, built when first needed); with neither
+        (``rollout-sdk redrive``) it leaves such rollouts to a recoverer that has one. Raises
+        ValueError for both, or for ``dispatcher`` without ``agent_loop``.
+        """
+        if dispatcher is not None and hand_off is not None:
+            raise ValueError("Engine.build: pass dispatcher or hand_off, not both")
+        if dispatcher is not None and agent_loop is None:
+            raise ValueError("Engine.build: a dispatcher runs the engine's worker: give agent_loop")
         leases = Leases(store, settings.kit, clock=clock)
         delivery = Delivery(
             store,
@@ -111,6 +132,7 @@ class Engine:
             if agent_loop is not None
             else None
         )
+        runs = dispatcher(worker) if dispatcher is not None and worker is not None else None
         return cls(
             store=store,
             client=client,
@@ -120,13 +142,19 @@ class Engine:
             delivery=delivery,
             settlement=settlement,
             recovery=Recovery(
-                settlement, store=store, clock=clock, telemetry=telemetry, costs=costs
+                settlement,
+                store=store,
+                clock=clock,
+                hand_off=runs.dispatch if runs is not None else hand_off,
+                telemetry=telemetry,
+                costs=costs,
             ),
             cancels=cancels,
             worker=worker,
             clock=clock,
             telemetry=telemetry,
             costs=costs,
+            dispatcher=runs,
         )
 
     def require_worker(self) -> RolloutWorker:

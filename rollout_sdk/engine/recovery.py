@@ -126,10 +126,15 @@ class Recovery:
         self.store = store
         self.clock = clock
         self.page = page
-        self.hand_off = hand_off
+        self._hand_off = hand_off
         self.telemetry = telemetry
         #: The cost estimate (on Lambda; nothing on the local server).
         self.costs = costs
+
+    @property
+    def hand_off(self) -> HandOff | None:
+        """How this recovery hands a rollout off again (given at construction, never after)."""
+        return self._hand_off
 
     @property
     def _kit(self) -> KitSettings:

@@ -2,9 +2,13 @@
 
 Errors become HTTP answers through one table, :mod:`rollout_sdk.http.problems`.
 
+One builder, :func:`build_app`, and two named compositions over it: :func:`local_app`, a process
+that runs its own rollouts (the local server, and v1's ``create_app``), and
+:func:`lambda_api_app`, the Lambda API function, which hands them to another function. Each
+composition passes what differs as collaborators and steps, never as switches.
+
 ``create_app(agent_loop)`` keeps the v1 SDK's signature: with no other argument it runs rollouts in
 its own process on an in-memory store, so ``uvicorn server:app`` keeps working for ported agents.
-The local server and the Lambda handler pass their own store, dispatcher and client.
 """
 
 from __future__ import annotations
@@ -13,11 +17,11 @@ import asyncio
 import inspect
 import logging
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Response
 
@@ -25,7 +29,7 @@ from rollout_sdk.agent.loop import RolloutAgentLoop
 from rollout_sdk.agent.validation import validate_agent_loop
 from rollout_sdk.dispatch.base import Dispatcher
 from rollout_sdk.dispatch.inprocess import InProcessDispatcher
-from rollout_sdk.engine.assembly import Engine
+from rollout_sdk.engine.assembly import DispatcherFor, Engine
 from rollout_sdk.engine.service import RolloutService, record_status
 from rollout_sdk.engine.worker import RolloutWorker
 from rollout_sdk.errors import ConfigurationError
@@ -42,19 +46,29 @@ from rollout_sdk.traingate.client import TrainGateClient
 from rollout_sdk.traingate.outbound import OutboundPolicy, Reach
 from rollout_sdk.vault import KeyVault, LocalVault
 
+if TYPE_CHECKING:
+    from rollout_sdk.http.prometheus import PrometheusTelemetry
+
 logger = logging.getLogger("rollout_sdk.http.app")
 
-Hook = Callable[[], Awaitable[None] | None]
+Hook = Callable[[], Awaitable[object] | None]
+#: Work that runs while the app serves (the local re-drive loop), cancelled at shutdown.
+Background = Callable[[], Coroutine[Any, Any, object]]
 
 
-@dataclass
-class Runtime:
-    """What the app runs on; ``app.state.runtime`` holds it for the wiring and tests."""
+@dataclass(frozen=True)
+class AppServices:
+    """What the app runs on: the init service, the engine, and the dispatcher init hands off
+    through; ``app.state.services`` holds it for the wiring and tests."""
 
     service: RolloutService
     engine: Engine
     dispatcher: Dispatcher
-    settings: RolloutSettings
+
+    @property
+    def settings(self) -> RolloutSettings:
+        """The engine's settings (init uses the same ones)."""
+        return self.engine.settings
 
     @property
     def store(self) -> Store:
@@ -72,12 +86,239 @@ class Runtime:
         return self.engine.require_worker()
 
 
-async def _call(hook: Hook | None) -> None:
-    if hook is None:
-        return
+async def _call(hook: Hook) -> None:
     result = hook()
     if inspect.isawaitable(result):
         await result
+
+
+def build_app(
+    agent_loop: RolloutAgentLoop,
+    services: AppServices,
+    *,
+    keys: Iterable[str | None] = (),
+    key_provider: KeyProvider | None = None,
+    docs: bool = True,
+    on_startup: Iterable[Hook] = (),
+    while_serving: Iterable[tuple[str, Background]] = (),
+    on_shutdown: Iterable[Hook] = (),
+    metrics: PrometheusTelemetry | None = None,
+) -> FastAPI:
+    """The one builder: the routes over ``services``, behind the server key (``keys``, and
+    those ``key_provider`` returns at request time) and admission. At start-up it awaits each
+    of ``on_startup`` in order, then runs each of ``while_serving`` (a task name, the work) until
+    shutdown; at shutdown it closes the dispatcher, the client and the store, then awaits each
+    of ``on_shutdown``. ``docs`` serves ``/docs`` and ``/openapi.json``; ``metrics`` is served
+    at ``GET /metrics`` in Prometheus' text format.
+    Raises AgentLoopValidationError for an invalid agent loop.
+    """
+    validate_agent_loop(agent_loop).raise_if_invalid()
+    # Before FastAPI sees it: it cannot wrap a model whose build was deferred. Init's body
+    # model is never deferred; the others are built where a composition says so, or when used.
+    InitResponse.model_rebuild()
+    starting, serving, stopping = tuple(on_startup), tuple(while_serving), tuple(on_shutdown)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        for hook in starting:
+            await _call(hook)
+        tasks = [asyncio.create_task(work(), name=name) for name, work in serving]
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await services.dispatcher.aclose()
+            await services.client.aclose()
+            await services.store.close()
+            for hook in stopping:
+                await _call(hook)
+
+    app = FastAPI(
+        title=f"Rollout server ({agent_loop.name})",
+        lifespan=lifespan,
+        docs_url="/docs" if docs else None,
+        redoc_url=None,
+        openapi_url="/openapi.json" if docs else None,
+    )
+    app.state.services = services
+    install_problem_handlers(app)
+    _add_routes(app, agent_loop, services)
+    if metrics is not None:
+        _add_metrics_route(app, metrics)
+    # Added first, so it runs inside the key check: an unauthenticated request is a 401 whatever
+    # its size or content type.
+    app.add_middleware(
+        AdmissionMiddleware,
+        max_body_bytes=services.settings.kit.max_body_bytes,
+        init_limits=InitBodyLimits.from_settings(services.settings),
+    )
+    app.add_middleware(ServerKeyMiddleware, keys=[k for k in keys if k], key_provider=key_provider)
+    return app
+
+
+def _add_routes(app: FastAPI, agent_loop: RolloutAgentLoop, services: AppServices) -> None:
+    service = services.service
+
+    @app.post("/v1/rollout/init", status_code=202, response_model=InitResponse)
+    async def init_rollout(request: RolloutRequest) -> InitResponse:
+        return await service.init(request)
+
+    def health_body() -> dict[str, Any]:
+        return {
+            "status": "healthy",
+            "agent_loop": agent_loop.name,
+            "active_rollouts": services.dispatcher.active,
+            "completed_rollouts": services.dispatcher.completed,
+        }
+
+    @app.get("/v1/rollout/{rollout_id}")
+    async def rollout_status(rollout_id: str) -> dict[str, Any]:
+        """The rollout's record: state, timestamps, metrics, whether the callback was delivered."""
+        return record_status(await service.status(rollout_id))
+
+    @app.post("/v1/rollout/{rollout_id}/cancel", status_code=202)
+    async def cancel_rollout(rollout_id: str) -> dict[str, Any]:
+        """Stop the rollout before its next turn and report it once as ERROR "cancelled"."""
+        return record_status(await service.cancel(rollout_id))
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return health_body()
+
+    @app.get("/platform/health")
+    async def platform_health() -> dict[str, Any]:
+        return health_body()
+
+
+def _add_metrics_route(app: FastAPI, metrics: PrometheusTelemetry) -> None:
+    # Here: only the local server keeps metrics in memory; the API function's cold start skips it.
+    from rollout_sdk.http.prometheus import CONTENT_TYPE
+
+    # Not in the OpenAPI schema: a scrape target, not part of the rollout protocol.
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus_metrics() -> Response:
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE)
+
+
+# ---------------------------------------------------------------------- the two compositions
+
+
+def in_process(settings: RolloutSettings) -> DispatcherFor:
+    """The local hand-off: the engine's own worker, on this event loop, bounded by
+    ``settings`` (the concurrency, and ``ROLLOUT_SDK_MAX_QUEUED_ROLLOUTS`` waiting)."""
+
+    def build(worker: RolloutWorker) -> Dispatcher:
+        return InProcessDispatcher(
+            worker.run,
+            max_concurrent=settings.server.max_concurrent_rollouts,
+            max_queued=settings.kit.max_queued_rollouts,
+            retry_after=settings.kit.retry_after_seconds,
+        )
+
+    return build
+
+
+def local_engine(
+    agent_loop: RolloutAgentLoop,
+    settings: RolloutSettings,
+    *,
+    store: Store | None = None,
+    client: TrainGateClient | None = None,
+    vault: KeyVault | None = None,
+    dispatcher: Dispatcher | None = None,
+    debug_dir: str | Path | None = None,
+    telemetry: Telemetry = NO_TELEMETRY,
+) -> Engine:
+    """The engine of a process that runs its own rollouts: on ``store`` (default: in memory),
+    calling TrainGate through ``client`` (default: one that may reach loopback and the LAN,
+    counting into ``telemetry``), sealing callback keys with ``vault`` (default: AES-GCM under a
+    key held in memory), handing off to ``dispatcher`` (default: :func:`in_process`)."""
+    # ``is None``, not ``or``: an empty MemoryStore has len 0 and would be silently replaced.
+    if client is None:
+        # TrainGate often runs beside a local server, on loopback or the LAN.
+        policy = OutboundPolicy.from_settings(settings.kit, where=Reach.PRIVATE)
+        client = TrainGateClient(settings.client, policy=policy, telemetry=telemetry)
+    return Engine.build(
+        store=store if store is not None else MemoryStore(),
+        client=client,
+        settings=settings,
+        vault=vault if vault is not None else LocalVault(),
+        agent_loop=agent_loop,
+        debug_dir=debug_dir,
+        telemetry=telemetry,
+        dispatcher=in_process(settings) if dispatcher is None else lambda _worker: dispatcher,
+    )
+
+
+def local_app(
+    agent_loop: RolloutAgentLoop,
+    engine: Engine,
+    *,
+    keys: Iterable[str | None] = (),
+    key_provider: KeyProvider | None = None,
+    docs: bool = True,
+    on_startup: Iterable[Hook] = (),
+    on_shutdown: Iterable[Hook] = (),
+    metrics: PrometheusTelemetry | None = None,
+) -> FastAPI:
+    """A process that runs its own rollouts, on ``engine`` and the dispatcher it built: every
+    wire model built now (a long-lived server pays for them at start-up, not on a first
+    request), callback keys sealed into the record from init on (its restart sweep and cancel
+    need them), and the re-drive on a timer while it serves. ConfigurationError for an engine
+    without its dispatcher."""
+    if engine.dispatcher is None:
+        raise ConfigurationError(
+            "the app runs its engine's worker: build the engine with a dispatcher "
+            "(rollout_sdk.http.app.local_engine does)"
+        )
+    build_models()
+    services = AppServices(
+        service=RolloutService(
+            agent_loop,
+            engine.store,
+            engine.dispatcher,
+            engine.settings,
+            engine=engine,
+            seal_at_init=True,
+        ),
+        engine=engine,
+        dispatcher=engine.dispatcher,
+    )
+    interval = engine.settings.kit.redrive_interval_seconds
+    return build_app(
+        agent_loop,
+        services,
+        keys=keys,
+        key_provider=key_provider,
+        docs=docs,
+        on_startup=on_startup,
+        while_serving=[("re-drive", lambda: engine.recovery.run_forever(interval))],
+        on_shutdown=on_shutdown,
+        metrics=metrics,
+    )
+
+
+def lambda_api_app(
+    agent_loop: RolloutAgentLoop,
+    engine: Engine,
+    dispatcher: Dispatcher,
+    *,
+    key_provider: KeyProvider,
+    docs: bool,
+) -> FastAPI:
+    """The Lambda API function: init hands each rollout to ``dispatcher`` (another function),
+    and nothing runs after a response (no timers: the re-drive and the failure destination are
+    functions of their own). The callback key is sealed only when a response is parked, and
+    the cold start builds only the models its routes declare (the worker's final responses and
+    chat completions are built when first used)."""
+    service = RolloutService(agent_loop, engine.store, dispatcher, engine.settings, engine=engine)
+    services = AppServices(service=service, engine=engine, dispatcher=dispatcher)
+    return build_app(agent_loop, services, key_provider=key_provider, docs=docs)
+
+
+# ---------------------------------------------------------------------- v1's create_app
 
 
 def create_app(
@@ -100,212 +341,90 @@ def create_app(
     client: TrainGateClient | None = None,
     vault: KeyVault | None = None,
     engine: Engine | None = None,
-    seal_at_init: bool = True,
-    sweep_on_start: bool = False,
-    redrive: bool = True,
     docs: bool = True,
-    metrics: bool = False,
-    build_all_models: bool = True,
     **more: Any,
 ) -> FastAPI:
-    """Build the rollout server's app.
+    """Build the rollout server's app: :func:`local_app` over :func:`local_engine`.
 
     ``api_key`` (and any ``api_keys``, for rotation) are server keys; ``key_provider`` (awaited)
-    adds keys read at request time (the Lambda reads them from Secrets Manager, off the loop).
-    ``store`` defaults to an in-memory store and ``dispatcher`` to an in-process one bounded by
-    ``max_concurrent`` (and ``ROLLOUT_SDK_MAX_QUEUED_ROLLOUTS``). ``vault`` seals callback keys
-    (default: AES-GCM under a key held in memory), kept in the record from init on when
-    ``seal_at_init``. ``engine`` instead of those three: the runtime's one engine (the Lambda
-    composition root builds it).
-    ``sweep_on_start`` reports, at start-up, every rollout the store still shows in flight (only
-    for a durable store this process owns alone); ``redrive`` re-sends undelivered responses on a
-    timer while the app runs. ``metrics`` keeps the engine's counters and histograms in memory
-    and serves them at ``GET /metrics`` in Prometheus' text format (the local server's; the
-    Lambda API function has none: its metrics are CloudWatch's). The wire models defer their
-    validators (the agent author's import stays light): ``build_all_models`` builds every one
-    now, so a long-lived server pays for them at start-up, not on a first request; without it
-    (the Lambda API function's cold start) only those the routes declare are built, and the
-    others (final responses, chat completions: the worker's) when first used.
+    adds keys read at request time. ``store``, ``client``, ``vault`` and ``dispatcher`` default
+    as :func:`local_engine` says (the dispatcher bounded by ``max_concurrent``); ``engine``
+    instead of those: one built with its dispatcher. ``docs`` serves ``/docs``.
     Raises AgentLoopValidationError for an invalid agent loop, ConfigurationError for bad settings.
     """
-    if credentials is not None or server_host is not None or server_port is not None:
-        warnings.warn(
-            "create_app: credentials, server_host and server_port (self-registration) are "
-            "ignored by rollout_sdk; register with `rollout-sdk register --url ...` instead",
-            UserWarning,
-            stacklevel=2,
-        )
-    if more:
-        warnings.warn(
-            f"create_app: ignoring unknown arguments {sorted(more)}", UserWarning, stacklevel=2
-        )
-    validate_agent_loop(agent_loop).raise_if_invalid()
-    # Before FastAPI sees one: it cannot wrap a model whose build was deferred.
-    if build_all_models:
-        build_models()
-    else:
-        InitResponse.model_rebuild()  # the init route's answer (its body model is never deferred)
-    settings = settings or (engine.settings if engine is not None else get_settings())
-    server_changes: dict[str, Any] = {}
-    if max_concurrent:
-        server_changes["max_concurrent_rollouts"] = max_concurrent
-    if record_ttl_seconds:
-        server_changes["record_ttl_seconds"] = int(record_ttl_seconds)
-    if server_changes:
-        try:
-            server = type(settings.server).model_validate(
-                {**settings.server.model_dump(), **server_changes}
-            )
-        except ValueError as exc:
-            raise ConfigurationError(f"create_app: {exc}") from exc
-        settings = settings.model_copy(update={"server": server})
-
+    _warn_ignored(credentials, server_host, server_port, more)
+    settings = _with_v1_options(
+        settings or (engine.settings if engine is not None else get_settings()),
+        max_concurrent=max_concurrent,
+        record_ttl_seconds=record_ttl_seconds,
+    )
     if engine is None:
-        telemetry: Telemetry = NO_TELEMETRY
-        if metrics:
-            # Here: only the local server keeps metrics in memory; the API function's cold start skips it.
-            from rollout_sdk.http.prometheus import PrometheusTelemetry
-
-            telemetry = PrometheusTelemetry()
-            if client is not None and client.telemetry is NO_TELEMETRY:
-                client.telemetry = telemetry  # its chat calls and callbacks count too
-        # ``is None``, not ``or``: an empty MemoryStore has len 0 and would be silently replaced.
-        engine = Engine.build(
-            store=store if store is not None else MemoryStore(),
-            client=client
-            if client is not None
-            else TrainGateClient(
-                settings.client,
-                # The local server: TrainGate often runs beside it, on loopback or the LAN.
-                policy=OutboundPolicy.from_settings(settings.kit, where=Reach.PRIVATE),
-                telemetry=telemetry,
-            ),
-            settings=settings,
-            vault=vault if vault is not None else LocalVault(),
-            agent_loop=agent_loop,
+        engine = local_engine(
+            agent_loop,
+            settings,
+            store=store,
+            client=client,
+            vault=vault,
+            dispatcher=dispatcher,
             debug_dir=debug_dir,
-            telemetry=telemetry,
         )
-    elif store is not None or client is not None or vault is not None or debug_dir is not None:
+    else:
+        _check_given(
+            engine, settings, record_ttl_seconds, store, client, vault, dispatcher, debug_dir
+        )
+    return local_app(
+        agent_loop,
+        engine,
+        keys=(api_key, *api_keys),
+        key_provider=key_provider,
+        docs=docs,
+        on_startup=() if on_startup is None else (on_startup,),
+        on_shutdown=() if on_shutdown is None else (on_shutdown,),
+    )
+
+
+def _check_given(
+    engine: Engine, settings: RolloutSettings, record_ttl_seconds: float | None, *parts: object
+) -> None:
+    """An engine comes with its own store, client, vault, dispatcher and settings."""
+    if any(part is not None for part in parts):
         raise ConfigurationError(
-            "create_app: pass either engine or store/client/vault/debug_dir, not both"
+            "create_app: pass either engine or store/client/vault/dispatcher/debug_dir, not both"
         )
-    elif record_ttl_seconds or engine.settings is not settings:
+    if record_ttl_seconds or engine.settings is not settings:
         # The engine keeps the settings it was built with; init must use the same ones.
         raise ConfigurationError(
             "create_app: with engine, pass the engine's own settings and no record_ttl_seconds"
         )
-    worker = engine.require_worker()
-    dispatcher = (
-        dispatcher
-        if dispatcher is not None
-        else InProcessDispatcher(
-            worker.run,
-            max_concurrent=settings.server.max_concurrent_rollouts,
-            max_queued=settings.kit.max_queued_rollouts,
-            retry_after=settings.kit.retry_after_seconds,
+
+
+def _warn_ignored(credentials: Any, host: str | None, port: int | None, more: Any) -> None:
+    if credentials is not None or host is not None or port is not None:
+        warnings.warn(
+            "create_app: credentials, server_host and server_port (self-registration) are "
+            "ignored by rollout_sdk; register with `rollout-sdk register --url ...` instead",
+            UserWarning,
+            stacklevel=3,
         )
-    )
-    recovery = engine.recovery
-    if recovery.hand_off is None:
-        # The re-drive hands off again what a duplicate's failed hand-off left waiting.
-        recovery.hand_off = dispatcher.dispatch
-    runtime = Runtime(
-        service=RolloutService(
-            agent_loop, engine.store, dispatcher, settings, engine=engine, seal_at_init=seal_at_init
-        ),
-        engine=engine,
-        dispatcher=dispatcher,
-        settings=settings,
-    )
-    store, client = engine.store, engine.client
-
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        if sweep_on_start:
-            await recovery.sweep_after_restart()
-        await _call(on_startup)
-        loop_task = (
-            asyncio.create_task(
-                recovery.run_forever(settings.kit.redrive_interval_seconds), name="re-drive"
-            )
-            if redrive
-            else None
+    if more:
+        warnings.warn(
+            f"create_app: ignoring unknown arguments {sorted(more)}", UserWarning, stacklevel=3
         )
-        try:
-            yield
-        finally:
-            if loop_task is not None:
-                loop_task.cancel()
-                await asyncio.gather(loop_task, return_exceptions=True)
-            await dispatcher.aclose()
-            await client.aclose()
-            await store.close()
-            await _call(on_shutdown)
 
-    app = FastAPI(
-        title=f"Rollout server ({agent_loop.name})",
-        lifespan=lifespan,
-        docs_url="/docs" if docs else None,
-        redoc_url=None,
-        openapi_url="/openapi.json" if docs else None,
-    )
-    app.state.runtime = runtime
-    install_problem_handlers(app)
-    keys = [k for k in (api_key, *api_keys) if k]
 
-    @app.post("/v1/rollout/init", status_code=202, response_model=InitResponse)
-    async def init_rollout(request: RolloutRequest) -> InitResponse:
-        return await runtime.service.init(request)
-
-    def health_body() -> dict[str, Any]:
-        return {
-            "status": "healthy",
-            "agent_loop": agent_loop.name,
-            "active_rollouts": runtime.dispatcher.active,
-            "completed_rollouts": runtime.dispatcher.completed,
-        }
-
-    @app.get("/v1/rollout/{rollout_id}")
-    async def rollout_status(rollout_id: str) -> dict[str, Any]:
-        """The rollout's record: state, timestamps, metrics, whether the callback was delivered."""
-        return record_status(await runtime.service.status(rollout_id))
-
-    @app.post("/v1/rollout/{rollout_id}/cancel", status_code=202)
-    async def cancel_rollout(rollout_id: str) -> dict[str, Any]:
-        """Stop the rollout before its next turn and report it once as ERROR "cancelled"."""
-        return record_status(await runtime.service.cancel(rollout_id))
-
-    @app.get("/health")
-    async def health() -> dict[str, Any]:
-        return health_body()
-
-    @app.get("/platform/health")
-    async def platform_health() -> dict[str, Any]:
-        return health_body()
-
-    if metrics:
-        # Here, as above: the local server only.
-        from rollout_sdk.http.prometheus import CONTENT_TYPE, PrometheusTelemetry
-
-        exposed = engine.telemetry
-        if not isinstance(exposed, PrometheusTelemetry):
-            raise ConfigurationError(
-                "create_app: metrics=True serves the engine's in-memory metrics; build the "
-                "engine with a PrometheusTelemetry, or let create_app build it"
-            )
-
-        # Not in the OpenAPI schema: a scrape target, not part of the rollout protocol.
-        @app.get("/metrics", include_in_schema=False)
-        async def prometheus_metrics() -> Response:
-            return Response(exposed.exposition(), media_type=CONTENT_TYPE)
-
-    # Added first, so it runs inside the key check: an unauthenticated request is a 401 whatever
-    # its size or content type.
-    app.add_middleware(
-        AdmissionMiddleware,
-        max_body_bytes=settings.kit.max_body_bytes,
-        init_limits=InitBodyLimits.from_settings(settings),
-    )
-    app.add_middleware(ServerKeyMiddleware, keys=keys, key_provider=key_provider)
-    return app
+def _with_v1_options(
+    settings: RolloutSettings, *, max_concurrent: int | None, record_ttl_seconds: float | None
+) -> RolloutSettings:
+    """``settings`` with v1's ``max_concurrent`` and ``record_ttl_seconds`` applied."""
+    changes: dict[str, Any] = {}
+    if max_concurrent:
+        changes["max_concurrent_rollouts"] = max_concurrent
+    if record_ttl_seconds:
+        changes["record_ttl_seconds"] = int(record_ttl_seconds)
+    if not changes:
+        return settings
+    try:
+        server = type(settings.server).model_validate({**settings.server.model_dump(), **changes})
+    except ValueError as exc:
+        raise ConfigurationError(f"create_app: {exc}") from exc
+    return settings.model_copy(update={"server": server})

@@ -155,8 +155,8 @@ def build_local_app(
     docs: bool = True,
     host_check: Iterable[str] | None = None,
 ) -> FastAPI:
-    """The local server's app: ``create_app`` on a durable store with the in-process worker,
-    its metrics at ``GET /metrics`` (Prometheus' text format).
+    """The local server's app: :func:`rollout_sdk.http.app.local_app` on a durable store with
+    the in-process worker, its metrics at ``GET /metrics`` (Prometheus' text format).
 
     ``host_check``: the Host header values it answers to (421 for any other; None: no check;
     :meth:`rollout_sdk.local.exposure.Exposure.host_check` says which for a bind address).
@@ -185,35 +185,44 @@ def _build_app(
     debug_dir: str | Path | None,
     docs: bool,
 ) -> FastAPI:
-    from rollout_sdk.http.app import create_app
+    from rollout_sdk.http.app import local_app, local_engine
+    from rollout_sdk.http.prometheus import PrometheusTelemetry
+    from rollout_sdk.settings import get_settings
     from rollout_sdk.vault import LocalVault
 
+    settings = settings or get_settings()
+    metrics = PrometheusTelemetry()  # the client's chat calls and callbacks count here too
     durable = store == "sqlite" or (not isinstance(store, str) and store.owner is not None)
     if not durable:
-        return create_app(
+        engine = local_engine(
             agent_loop,
-            settings=settings,
-            debug_dir=debug_dir,
-            api_keys=api_keys,
+            settings,
             store=open_store(store, state_dir) if isinstance(store, str) else store,
-            docs=docs,
-            metrics=True,
+            debug_dir=debug_dir,
+            telemetry=metrics,
         )
+        return local_app(agent_loop, engine, keys=api_keys, docs=docs, metrics=metrics)
     lock = StateLock(state_dir).acquire()
     opened: Store | None = None
     try:
         opened = open_store("sqlite", state_dir) if isinstance(store, str) else store
-        return create_app(
+        engine = local_engine(
             agent_loop,
-            settings=settings,
-            debug_dir=debug_dir,
-            api_keys=api_keys,
+            settings,
             store=opened,
             vault=LocalVault(Path(state_dir) / KEY_FILE),
-            sweep_on_start=True,
-            on_shutdown=lock.release,
+            debug_dir=debug_dir,
+            telemetry=metrics,
+        )
+        return local_app(
+            agent_loop,
+            engine,
+            keys=api_keys,
             docs=docs,
-            metrics=True,
+            # Every rollout of its own a previous process left in flight, reported once.
+            on_startup=[engine.recovery.sweep_after_restart],
+            on_shutdown=[lock.release],
+            metrics=metrics,
         )
     except BaseException:
         from rollout_sdk.store.sqlite import SQLiteStore

@@ -170,13 +170,18 @@ class TrainGateClient:
         self._transport: httpx.AsyncBaseTransport | None = transport
         self._sleep = sleep
         self._jitter = jitter
-        self.telemetry = telemetry
+        self._telemetry = telemetry
         # Built once, not per request: httpx's timeout extension, and each endpoint's URL
         # (parsing a URL is a tenth of an exchange's CPU).
         self._timeouts = {
             name: self.settings.timeout_seconds for name in ("connect", "read", "write", "pool")
         }
         self._urls: dict[str, httpx.URL] = {}
+
+    @property
+    def telemetry(self) -> Telemetry:
+        """Where this client's chat calls and callbacks count (given at construction)."""
+        return self._telemetry
 
     @property
     def transport(self) -> httpx.AsyncBaseTransport:

@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
+from rollout_sdk.aws.clients import AwsClients
 from rollout_sdk.aws.runtime import LambdaRuntime, check_deadlines, required_variables
 from rollout_sdk.aws.secrets import SecretServerKeys, parse_server_keys
+from rollout_sdk.dispatch.base import Job
 from rollout_sdk.errors import ConfigurationError
 from rollout_sdk.local.emulator import LocalResources
 from rollout_sdk.settings import LambdaSettings, RolloutSettings, load_settings
@@ -198,3 +200,39 @@ def test_an_unreadable_secret_is_503_with_retry_after(handler: Any) -> None:
     assert call.result["statusCode"] == 503
     assert call.result["headers"]["retry-after"] == "5"
     assert call.dispatched == []
+
+
+class _Recording:
+    """The template's dispatcher, as the runtime would build it, without AWS."""
+
+    def __init__(self) -> None:
+        self.jobs: list[Job] = []
+
+    async def dispatch(self, job: Job) -> None:
+        self.jobs.append(job)
+
+
+def test_the_engines_recovery_hands_off_through_the_templates_dispatcher_from_the_start() -> None:
+    from examples.calculator.agent import agent_loop
+
+    settings = load_settings(
+        aws={"AGENT_LOOP": "m:a", "TABLE_NAME": "t", "WORKER_FUNCTION_NAME": "worker"}
+    )
+    runtime = LambdaRuntime(agent_loop, settings=settings, clients=AwsClients())
+    try:
+        dispatcher = _Recording()
+        vars(runtime)["dispatcher"] = dispatcher
+        # The engine's recovery as built, never read through runtime.recovery: its hand-off
+        # was given when the engine was built, and reaches the dispatcher built on first use.
+        hand_off = runtime.engine.recovery.hand_off
+        assert hand_off is not None
+
+        async def hand_off_one() -> None:
+            await hand_off(Job("r", 1))
+
+        runtime.run(hand_off_one())
+        assert dispatcher.jobs == [Job("r", 1)]
+        assert "recovery" not in vars(runtime)
+        assert runtime.costs.sink is not None  # the metric RolloutCost, given at construction
+    finally:
+        runtime.close()

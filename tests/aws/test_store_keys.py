@@ -91,7 +91,7 @@ async def test_a_record_dynamodb_refuses_for_its_size_is_413_and_nothing_is_stor
     store = DynamoDBStore(
         resources.table_name, client=clients.dynamodb, inline_limit=4 * 1024 * 1024
     )
-    app = create_app(agent_loop, api_key=SERVER_KEY, store=store, redrive=False)
+    app = create_app(agent_loop, api_key=SERVER_KEY, store=store)
     noise = base64.b64encode(os.urandom(450 * 1024)).decode()
     body = json.loads(_init()["body"])
     body["messages"] = [{"role": "user", "content": noise}]

@@ -47,7 +47,7 @@ async def test_restarted_server_answers_a_duplicate_of_a_finished_rollout_and_ru
             )
             await idle(client)  # a run, had either init started one, has ended
             health = (await client.get("/health")).json()
-            record = await app.state.runtime.store.get("durable-1", now=0.0)
+            record = await app.state.services.store.get("durable-1", now=0.0)
 
     assert duplicate.status_code == 202
     assert duplicate.content == accepted.content

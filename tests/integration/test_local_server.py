@@ -122,7 +122,7 @@ async def test_callback_key_is_sent_as_bearer_on_chat_and_completed_and_never_st
             )
             assert wrong.status_code == 202
             assert await asyncio.to_thread(standin.wait_for, 3, 20)
-            store = app.state.runtime.store
+            store = app.state.services.store
 
             async def refused() -> bool:
                 record = await store.get("wrong-key", now=0.0)

@@ -312,10 +312,10 @@ async def test_create_app_warns_about_ignored_v1_arguments() -> None:
 
 async def test_create_app_max_concurrent_and_ttl_apply() -> None:
     app = create_app(EchoAgent(), max_concurrent=3, record_ttl_seconds=120)
-    runtime = app.state.runtime
-    assert runtime.settings.server.max_concurrent_rollouts == 3
-    assert runtime.settings.server.record_ttl_seconds == 120
-    assert runtime.dispatcher.max_concurrent == 3
+    services = app.state.services
+    assert services.settings.server.max_concurrent_rollouts == 3
+    assert services.settings.server.record_ttl_seconds == 120
+    assert services.dispatcher.max_concurrent == 3
 
 
 # --------------------------------------------------------------------------- auth

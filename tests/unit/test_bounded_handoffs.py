@@ -77,6 +77,7 @@ def _rig() -> tuple[Engine, RolloutService, FaultyDispatcher, FakeTrainGate, Clo
         sleep=FakeSleep(),
     )
     settings = load_settings()
+    dispatcher = FaultyDispatcher()
     engine = Engine.build(
         store=MemoryStore(),
         client=client,
@@ -85,9 +86,8 @@ def _rig() -> tuple[Engine, RolloutService, FaultyDispatcher, FakeTrainGate, Clo
         agent_loop=EchoAgent(),
         clock=clock,
         telemetry=PrometheusTelemetry(),
+        hand_off=dispatcher.dispatch,
     )
-    dispatcher = FaultyDispatcher()
-    engine.recovery.hand_off = dispatcher.dispatch
     service = RolloutService(
         EchoAgent(), engine.store, dispatcher, settings, engine=engine, clock=clock
     )

@@ -132,9 +132,9 @@ def test_the_schema_covers_init_and_the_app_is_configured_as_intended() -> None:
     operations = [result.ok() for result in schema.get_all_operations() if isinstance(result, Ok)]
     paths = {operation.path for operation in operations}
     assert {"/v1/rollout/init", "/health", "/platform/health"} <= paths
-    runtime = APP.state.runtime
-    assert runtime.service.outbound.allowed == (AllowedHost("127.0.0.1"),)
-    assert isinstance(runtime.dispatcher, RecordingDispatcher)
+    services = APP.state.services
+    assert services.service.outbound.allowed == (AllowedHost("127.0.0.1"),)
+    assert isinstance(services.dispatcher, RecordingDispatcher)
 
 
 @schema.parametrize()

@@ -19,8 +19,7 @@ from prometheus_client.samples import Sample
 
 from rollout_sdk.agent.loop import RolloutContext, RolloutResult
 from rollout_sdk.engine.assembly import Engine
-from rollout_sdk.errors import ConfigurationError
-from rollout_sdk.http.app import create_app
+from rollout_sdk.http.app import create_app, local_app
 from rollout_sdk.http.prometheus import CONTENT_TYPE, PrometheusTelemetry
 from rollout_sdk.local.server import build_local_app
 from rollout_sdk.settings import RolloutClientSettings, load_settings
@@ -90,6 +89,7 @@ async def rig() -> AsyncIterator[Rig]:
     )
     settings = load_settings()
     agent = FailingWhenAsked()
+    dispatcher = RecordingDispatcher()
     engine = Engine.build(
         store=MemoryStore(),
         client=client,
@@ -98,11 +98,9 @@ async def rig() -> AsyncIterator[Rig]:
         agent_loop=agent,
         clock=lambda: clock[0],
         telemetry=telemetry,
+        dispatcher=lambda _worker: dispatcher,
     )
-    dispatcher = RecordingDispatcher()
-    app = create_app(
-        agent, engine=engine, dispatcher=dispatcher, api_key=KEY, metrics=True, redrive=False
-    )
+    app = local_app(agent, engine, keys=[KEY], metrics=telemetry)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://rollout.test") as http:
         yield Rig(engine, http, dispatcher, clock)
@@ -199,9 +197,7 @@ async def test_metrics_need_the_server_key_when_one_is_set(rig: Rig) -> None:
     wrong = {"Authorization": "Bearer not-the-key"}
     assert (await rig.http.get("/metrics", headers=wrong)).status_code == 401
     # With no server key configured, /metrics is as open as the rest of the API.
-    app = create_app(
-        EchoAgent(), store=MemoryStore(), dispatcher=RecordingDispatcher(), metrics=True
-    )
+    app = build_local_app(EchoAgent(), store="memory")
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://rollout.test"
     ) as http:
@@ -218,17 +214,6 @@ async def test_only_the_local_server_serves_metrics() -> None:
             answer = await http.get("/metrics", headers=AUTH)
         assert answer.status_code == expected
     assert "/metrics" not in str(local.openapi())  # a scrape target, not the protocol
-
-
-def test_metrics_from_an_engine_without_them_is_a_configuration_error() -> None:
-    engine = Engine.build(
-        store=MemoryStore(),
-        client=TrainGateClient(),
-        settings=load_settings(),
-        agent_loop=EchoAgent(),
-    )
-    with pytest.raises(ConfigurationError, match="PrometheusTelemetry"):
-        create_app(EchoAgent(), engine=engine, metrics=True)
 
 
 def test_label_values_are_escaped_and_families_that_never_moved_read_zero() -> None:
