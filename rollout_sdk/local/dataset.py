@@ -1,10 +1,14 @@
-"""Datasets of ``rollout-sdk test``: v1's formats (.jsonl, .csv, .parquet) and columns.
+"""Datasets of ``rollout-sdk demo`` and ``rollout-sdk test``: v1's formats (.jsonl, .csv,
+.parquet) and two shapes of row.
 
-Each row has the columns ``system_prompt``, ``user_prompt`` and ``ground_truth`` (any case, each a
+A v1 row has the columns ``system_prompt``, ``user_prompt`` and ``ground_truth`` (any case, each a
 non-empty string); every other column is carried into the rollout's metadata under its own name.
-A row becomes a rollout the way v1's ``osmosis test`` made one: the system and the user message,
+It becomes a rollout the way v1's ``osmosis test`` made one: the system and the user message,
 and the metadata ``{"ground_truth": ..., "row_index": N, <other columns>, "execution_mode":
 "test", "test_mode": true}``, where N counts rows from 0 in the file (``--offset`` included).
+A row with ``messages`` (a non-empty list of message objects, the demo's dataset) is the
+initial conversation as it stands, its optional ``metadata`` object the rollout's metadata, with
+``row_index`` added.
 
 Parquet is read with pyarrow, the optional extra ``rollout-sdk[parquet]``. Every error is a
 :class:`~rollout_sdk.errors.DatasetError` naming the file, the row (and the line of a .jsonl or
@@ -117,17 +121,32 @@ def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
         yield "", row
 
 
+def _conversation_row(at: str, row_index: int, row: dict[str, Any]) -> RunRow:
+    """A row that gives its ``messages`` (and ``metadata``) as they are."""
+    messages = row["messages"]
+    if not isinstance(messages, list) or not messages:
+        raise DatasetError(f"{at}: 'messages' must be a non-empty list of message objects")
+    if not all(isinstance(m, dict) for m in messages):
+        raise DatasetError(f"{at}: 'messages' must be a non-empty list of message objects")
+    metadata = row.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise DatasetError(f"{at}: 'metadata' must be an object when present")
+    return RunRow(row_index, messages, {**metadata, "row_index": row_index})
+
+
 def _row(path: Path, where: str, row_index: int, row: Any) -> RunRow:
     at = f"{path}, row {row_index}" + (f" ({where})" if where else "")
     if not isinstance(row, dict):
         raise DatasetError(f"{at}: a row must be an object with columns, got {type(row).__name__}")
+    if "messages" in row:
+        return _conversation_row(at, row_index, row)
     by_lower = {str(k).lower(): k for k in row}
     values: dict[str, str] = {}
     for column in REQUIRED_COLUMNS:
         if column not in by_lower:
             raise DatasetError(
                 f"{at}: no column {column!r}; every row needs {', '.join(REQUIRED_COLUMNS)} "
-                "(any case); other columns go into the metadata"
+                "(any case; other columns go into the metadata), or 'messages'"
             )
         value = row[by_lower[column]]
         if value is None:

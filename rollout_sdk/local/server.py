@@ -7,7 +7,9 @@ The app, the stores, the vault and uvicorn are imported inside the functions tha
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
@@ -17,6 +19,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from rollout_sdk.agent.loop import RolloutAgentLoop
+    from rollout_sdk.local.exposure import Exposure
     from rollout_sdk.settings import RolloutSettings
     from rollout_sdk.store.base import Store
 
@@ -233,6 +236,116 @@ def _build_app(
         raise
 
 
+def what_a_restart_forgets(store: str, *, embedded: bool) -> str | None:
+    """What the chosen store loses when the server stops, said at start-up; None for SQLite and
+    ``--dynamodb-endpoint``, whose restart sweep reports every rollout a stopped server left in
+    flight (the server's owner id, in its state folder, names its records)."""
+    if store == "memory" or embedded:
+        what = "the memory store" if store == "memory" else "the embedded emulator"
+        return (
+            f"{what} forgets everything when this server stops: idempotency records, final "
+            "responses, and rollouts still in flight, which are then never reported; the "
+            "default SQLite store keeps them"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class StoreChoice:
+    """The record store a server runs on: ``kind``, and for ``dynamodb`` its endpoint (None:
+    an embedded moto server, started and stopped with the server) and the SAM template its
+    table is created from."""
+
+    kind: StoreKind = "sqlite"
+    dynamodb_endpoint: str | None = None
+    template: str | Path = "template.yaml"
+
+
+@contextmanager
+def _opened(choice: StoreChoice, state_dir: str | Path) -> Iterator[tuple[StoreKind | Store, str]]:
+    """The store to build the app on, and how the start-up line names it."""
+    if choice.kind != "dynamodb":
+        where = (
+            f"SQLite at {Path(state_dir) / SQLITE_FILE}" if choice.kind == "sqlite" else "memory"
+        )
+        yield choice.kind, where
+        return
+    from rollout_sdk.local.emulator import EmbeddedMoto
+
+    emulator = EmbeddedMoto().start() if choice.dynamodb_endpoint is None else None
+    endpoint = emulator.endpoint_url if emulator is not None else str(choice.dynamodb_endpoint)
+    try:
+        store = open_dynamodb_store(
+            endpoint,
+            template=choice.template,
+            with_payload_bucket=emulator is not None,
+            # On an endpoint that outlives this server, its records name it: its restart
+            # sweep finds them (the embedded emulator dies with the server: nothing to find).
+            owner=None if emulator is not None else owner_id(state_dir),
+        )
+        embedded = " (embedded moto, stopped on exit)" if emulator else ""
+        yield store, f"DynamoDB at {endpoint}{embedded}"
+    finally:
+        if emulator is not None:
+            emulator.stop()
+
+
+def run_server(
+    agent_loop: RolloutAgentLoop,
+    exposure: Exposure,
+    *,
+    api_keys: Iterable[str] = (),
+    store: StoreChoice | None = None,
+    state_dir: str | Path = DEFAULT_STATE_DIR,
+    settings: RolloutSettings | None = None,
+    debug_dir: str | Path | None = None,
+    log_level: str = "info",
+    loop: str = "auto",
+    http: str = "auto",
+    announce: Callable[[str], None] = lambda _line: None,
+) -> None:
+    """Serve ``agent_loop`` with uvicorn on ``exposure``'s address until interrupted: the one
+    path of ``rollout-sdk serve`` and of :func:`serve`. ``announce`` gets the start-up lines
+    (where, which store, who may call; what a restart forgets).
+
+    The caller has checked ``exposure`` (each words its opt-out its own way). Raises
+    ConfigurationError, StoreError or ServeError when the server cannot start.
+    """
+    import uvicorn
+
+    choice = store or StoreChoice()
+    with _opened(choice, state_dir) as (opened, where):
+        app = build_local_app(
+            agent_loop,
+            store=opened,
+            state_dir=state_dir,
+            api_keys=list(api_keys),
+            settings=settings,
+            debug_dir=debug_dir,
+            host_check=exposure.host_check(),
+        )
+        announce(
+            f"serving agent loop {agent_loop.name!r} on http://{exposure.host}:{exposure.port} "
+            f"(store: {where}; {exposure.describe()})"
+        )
+        embedded = choice.kind == "dynamodb" and choice.dynamodb_endpoint is None
+        forgets = what_a_restart_forgets(choice.kind, embedded=embedded)
+        if forgets:
+            announce(f"note: {forgets}")
+        try:
+            uvicorn.run(
+                app,
+                host=exposure.host,
+                port=exposure.port,
+                log_level=log_level,
+                access_log=False,
+                loop=loop,
+                http=http,
+            )
+        except OSError as exc:
+            raise ServeError(f"cannot serve on {exposure.host}:{exposure.port}: {exc}") from exc
+
+
 def serve(
     agent_loop: RolloutAgentLoop,
     *,
@@ -249,15 +362,13 @@ def serve(
     **ignored: Any,
 ) -> None:
     """Validate ``agent_loop`` and serve it with uvicorn until interrupted (what v1's
-    :func:`~rollout_sdk.serving.serve_agent_loop` runs).
+    :func:`~rollout_sdk.serving.serve_agent_loop` runs), by :func:`run_server`.
 
     With no ``api_key`` it serves only on loopback unless ``allow_unauthenticated``
     (:mod:`rollout_sdk.local.exposure`); a loopback server answers only to its own names and
     ``allowed_hosts``. Raises AgentLoopValidationError for an invalid loop, ServeError when
     the server cannot (or may not) start.
     """
-    import uvicorn
-
     from rollout_sdk.agent.validation import validate_agent_loop
     from rollout_sdk.local.exposure import OPT_OUT_ARGUMENT, Exposure
 
@@ -270,16 +381,13 @@ def serve(
     )
     exposure.check(flag=OPT_OUT_ARGUMENT, key_hint="api_key=...")
     validate_agent_loop(agent_loop).raise_if_invalid()
-    app = build_local_app(
+    run_server(
         agent_loop,
-        store=store,
-        state_dir=state_dir,
+        exposure,
         api_keys=[api_key] if api_key else [],
+        store=StoreChoice(store),
+        state_dir=state_dir,
         settings=settings,
         debug_dir=debug_dir,
-        host_check=exposure.host_check(),
+        log_level=log_level,
     )
-    try:
-        uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
-    except OSError as exc:
-        raise ServeError(f"cannot serve on {host}:{port}: {exc}") from exc

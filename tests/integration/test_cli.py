@@ -133,7 +133,8 @@ def test_serve_says_at_start_up_what_a_memory_store_forgets(
 ) -> None:
     import uvicorn
 
-    from rollout_sdk.local.cli import _what_a_restart_forgets, main
+    from rollout_sdk.local.cli import main
+    from rollout_sdk.local.server import what_a_restart_forgets
 
     monkeypatch.setattr(uvicorn, "run", lambda app, **_: None)
     argv = ["serve", "--agent", "examples.calculator.agent:agent_loop", "--store", "memory"]
@@ -142,6 +143,6 @@ def test_serve_says_at_start_up_what_a_memory_store_forgets(
         capsys.readouterr().err
     )
     # SQLite's restart sweep reports what a stopped server left in flight: nothing to say.
-    assert _what_a_restart_forgets("sqlite", embedded=False) is None
-    assert "embedded emulator forgets" in str(_what_a_restart_forgets("dynamodb", embedded=True))
-    assert _what_a_restart_forgets("dynamodb", embedded=False) is None  # swept at restart
+    assert what_a_restart_forgets("sqlite", embedded=False) is None
+    assert "embedded emulator forgets" in str(what_a_restart_forgets("dynamodb", embedded=True))
+    assert what_a_restart_forgets("dynamodb", embedded=False) is None  # swept at restart

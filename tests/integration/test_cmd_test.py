@@ -146,7 +146,7 @@ def test_rows_run_through_the_kit_and_the_output_has_v1s_shape(
         }
         assert row["token_usage"]["num_llm_calls"] == 2
     # The summary on stdout; stderr is no terminal: one line per row, no bar.
-    assert re.search(r"^\s+passed\s+3$", result.stdout, re.MULTILINE), result.stdout
+    assert re.search(r"^\s+COMPLETED\s+3$", result.stdout, re.MULTILINE), result.stdout
     assert re.search(r"^\s+mean reward\s+1\.000 ", result.stdout, re.MULTILINE)
     assert "p50" in result.stdout and "model call" in result.stdout
     assert "[3/3]" in result.stderr and "\r" not in result.stderr
@@ -641,7 +641,7 @@ def test_demo_against_an_endpoint_takes_the_test_path(endpoint: Endpoint) -> Non
         "demo", "--base-url", endpoint.base_url, "--model", "gpt-5-mini", "--api-key", KEY
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert re.search(rf"^\s+passed\s+{rows}$", result.stdout, re.MULTILINE), result.stdout
+    assert re.search(rf"^\s+COMPLETED\s+{rows}$", result.stdout, re.MULTILINE), result.stdout
     assert len(endpoint.standin.received) == 2 * rows
     assert KEY not in result.stdout + result.stderr
 
@@ -649,3 +649,42 @@ def test_demo_against_an_endpoint_takes_the_test_path(endpoint: Endpoint) -> Non
 def test_demo_model_without_base_url_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--model", "gpt-5-mini"]) == 2
     assert "--base-url" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- one report
+
+
+def _shape(summary: str) -> list[str]:
+    """The summary's lines with their figures taken out: what a line says, not its values."""
+    body = summary.split("\n", 1)[1]  # after the title, which names the command
+    figures = r"-?[0-9][0-9.,]*s?|(?<=\s)-(?=\s|$)"
+    return [" ".join(re.sub(figures, "#", line).split()) for line in body.split("\n")]
+
+
+def test_demo_and_test_print_one_summary_shape(
+    endpoint: Endpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", "--store", "memory"]) == 0
+    demo = capsys.readouterr().out
+    assert main(_test_args(endpoint, _dataset(tmp_path), "--api-key", KEY)) == 0
+    test = capsys.readouterr().out
+    assert _shape(demo) == _shape(test), demo + test
+    # One number format: every latency with one decimal, in both.
+    for out in (demo, test):
+        cells = re.search(r"^\s+init round trip((?:\s+\S+){3})$", out, re.MULTILINE)
+        assert cells, out
+        assert all(re.fullmatch(r"\d+\.\d", c) for c in cells.group(1).split()), out
+
+
+def test_demo_reads_v1_rows_and_test_reads_the_demos(
+    endpoint: Endpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # One dataset reader: the demo takes test's v1 columns, test takes the demo's messages.
+    assert main(["demo", "--store", "memory", "--dataset", str(_dataset(tmp_path))]) == 0
+    assert re.search(r"^\s+COMPLETED\s+3$", capsys.readouterr().out, re.MULTILINE)
+    demo_rows = str(REPO_ROOT / "examples/calculator/dataset.jsonl")
+    argv = ["test", "-m", AGENT, "-d", demo_rows, "--limit", "2", "--api-key", KEY]
+    code = main([*argv, "--base-url", endpoint.base_url])
+    assert code == 0, capsys.readouterr()
+    asked = {b["messages"][1]["content"] for b in endpoint.bodies()}
+    assert asked == {"What is 43 + 4?", "What is 52 - 12?"}

@@ -49,8 +49,9 @@ def test_demo_runs_the_dataset_and_prints_the_summary(store: str) -> None:
     assert "rollouts/s" in out
     assert "OK: every rollout was reported exactly once" in out
     assert f"store {store}" in out
-    # stderr is not a terminal here: progress comes as whole lines, ending at 100%.
-    assert f"rollouts reported: {rows}/{rows} (100%)" in result.stderr
+    # stderr is not a terminal here: progress comes as a line per rollout (test's lines).
+    assert f"[{rows}/{rows}] row " in result.stderr
+    assert len(re.findall(r"^\[\d+/\d+\] row \d+: OK ", result.stderr, re.MULTILINE)) == rows
     assert "\r" not in result.stderr
 
 
@@ -111,7 +112,7 @@ def test_demo_names_the_file_and_line_of_a_bad_row(tmp_path: Path) -> None:
     dataset.write_text('{"messages": [{"role": "user", "content": "1 + 1"}]}\n{"messages": 3}\n')
     result = run_cli("demo", "--dataset", str(dataset), timeout=30)
     assert result.returncode == 1
-    assert f"{dataset}:2:" in result.stderr
+    assert f"{dataset}, row 1 (line 2): " in result.stderr
     assert "messages" in result.stderr
 
 
@@ -136,7 +137,7 @@ def test_demo_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
 
             def reporting() -> bool:
                 assert process.poll() is None, log.read_text()
-                return b"rollouts reported" in log.read_bytes()
+                return b"] row " in log.read_bytes()
 
             wait_until(reporting, within=30, what="the demo reporting")
             process.send_signal(signal.SIGINT)

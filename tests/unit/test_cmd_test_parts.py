@@ -454,3 +454,15 @@ async def test_the_callback_key_is_compared_in_constant_time(
     assert len(compared) == 4
     assert all(isinstance(a, bytes) and b == b"Bearer cb-key" for a, b in compared)
     assert compared[0][0] == b"" and compared[2][0] == "Bearer cb-kéy".encode("latin-1")
+
+
+def test_a_row_may_give_its_messages_and_metadata(tmp_path: Path) -> None:
+    messages = [{"role": "user", "content": "1 + 1"}]
+    path = _jsonl(tmp_path, {"messages": messages, "metadata": {"ground_truth": "2"}}, ROW)
+    first, second = read_rows(path).rows
+    assert first.messages == messages
+    assert first.metadata == {"ground_truth": "2", "row_index": 0}
+    assert second.metadata["test_mode"] is True  # the v1 row beside it, as before
+    bad = _jsonl(tmp_path, {"messages": 3})
+    with pytest.raises(DatasetError, match=r", row 0 \(line 1\): 'messages' must be"):
+        read_rows(bad)

@@ -1,0 +1,183 @@
+"""``rollout-sdk serve``: the local rollout server (:func:`rollout_sdk.local.server.run_server`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from rollout_sdk.local.commands.common import fail, secret
+from rollout_sdk.local.server import DEFAULT_STATE_DIR, SQLITE_FILE
+
+
+def add_parser(sub: Any) -> None:
+    """``serve``'s options: what it serves, who may call it, its store, uvicorn's knobs."""
+    serve = sub.add_parser(
+        "serve",
+        help="run the local rollout server",
+        description=(
+            "Run the local rollout server: the same app and worker code as on Lambda, in one "
+            "process, behind uvicorn. Settings come from the OSMOSIS_ROLLOUT_* and "
+            "ROLLOUT_SDK_* environment variables (see the README). The server calls TrainGate "
+            "at public, loopback and private addresses, never link-local ones (cloud metadata) "
+            "unless ROLLOUT_SDK_ALLOW_LINK_LOCAL=true, and only the hosts in "
+            "ROLLOUT_SDK_ALLOWED_SERVER_HOSTS when it is set: an init naming another is a 422 "
+            "(docs/security.md). Init bodies are held to ROLLOUT_SDK_MAX_BODY_BYTES and to "
+            "counts checked before parsing (413), answers to ROLLOUT_SDK_MAX_ANSWER_BYTES."
+        ),
+    )
+    # One of the two: an agent loop of your own, or the MCPAgentLoop of an MCP folder.
+    served = serve.add_mutually_exclusive_group(required=True)
+    served.add_argument(
+        "--agent",
+        metavar="MODULE:ATTR",
+        help="the agent loop to serve, e.g. examples.calculator.agent:agent_loop",
+    )
+    served.add_argument(
+        "--mcp",
+        metavar="DIR",
+        help="instead of --agent: serve the built-in MCPAgentLoop on the FastMCP server that "
+        "DIR/main.py defines, e.g. examples/mcp_calculator (needs pip install 'rollout-sdk[mcp]')",
+    )
+    _add_access(serve)
+    _add_store(serve)
+    _add_running(serve)
+    serve.set_defaults(func=run)
+
+
+def _add_access(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1; 0.0.0.0 to accept other machines, which "
+        "needs a server key or --allow-unauthenticated)",
+    )
+    serve.add_argument("--port", type=int, default=9000, help="port to bind (default 9000)")
+    serve.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="server key TrainGate must send as 'Authorization: Bearer KEY'; it shows in the "
+        "process list, so prefer ROLLOUT_SDK_SERVER_KEY; default: no key, which is allowed on "
+        "loopback only",
+    )
+    serve.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="serve with no server key on an address other machines can reach: only on a "
+        "network you trust, since anyone there can start, read and cancel rollouts",
+    )
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="another name the server answers to (repeatable): a loopback server refuses (421) "
+        "any request whose Host header is not its address, localhost, 127.0.0.1 or [::1]; "
+        "with another bind address, giving this turns the same check on",
+    )
+
+
+def _add_store(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument(
+        "--store",
+        choices=("sqlite", "memory", "dynamodb"),
+        default="sqlite",
+        help="record store (default sqlite: durable, a restart forgets nothing; "
+        "memory: forgets everything on exit; dynamodb: the AWS store, on an embedded moto "
+        "server on 127.0.0.1 that this command starts and stops, or on --dynamodb-endpoint)",
+    )
+    serve.add_argument(
+        "--dynamodb-endpoint",
+        metavar="URL",
+        help="with --store dynamodb: use this DynamoDB-compatible endpoint instead of an "
+        "embedded moto server (the table is created from the template if missing)",
+    )
+    serve.add_argument(
+        "--template",
+        default="template.yaml",
+        help="with --store dynamodb: the SAM template the table is created from",
+    )
+    serve.add_argument(
+        "--state-dir",
+        default=str(DEFAULT_STATE_DIR),
+        metavar="DIR",
+        help=f"folder of the SQLite store, relative to the current directory "
+        f"(default {DEFAULT_STATE_DIR}/, file {SQLITE_FILE})",
+    )
+
+
+def _add_running(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument(
+        "--debug-dir",
+        metavar="DIR",
+        help="write each rollout's ctx.log_event trace as JSON lines here",
+    )
+    serve.add_argument(
+        "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
+    )
+    serve.add_argument(
+        "--loop",
+        default="auto",
+        choices=("auto", "asyncio", "uvloop"),
+        help="uvicorn's event loop (default auto: uvloop when installed, see the 'speed' extra)",
+    )
+    serve.add_argument(
+        "--http",
+        default="auto",
+        choices=("auto", "h11", "httptools"),
+        help="uvicorn's HTTP parser (default auto: httptools when installed)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve the agent loop (or MCP folder) until interrupted."""
+    from rollout_sdk.agent.validation import format_report, validate_agent_loop
+    from rollout_sdk.errors import ConfigurationError, MCPLoadError, ServeError, StoreError
+    from rollout_sdk.loader import load_agent_loop
+    from rollout_sdk.local.exposure import Exposure
+    from rollout_sdk.local.server import StoreChoice, run_server
+    from rollout_sdk.settings import get_settings
+
+    try:
+        settings = get_settings()
+        if args.mcp is not None:
+            from rollout_sdk.mcp import agent_loop_from_folder
+
+            agent_loop = agent_loop_from_folder(args.mcp)
+        else:
+            agent_loop = load_agent_loop(args.agent)
+    except (ConfigurationError, MCPLoadError) as exc:
+        return fail(str(exc), 1)
+    result = validate_agent_loop(agent_loop)
+    if not result.valid:
+        print(format_report(result), file=sys.stderr)
+        return 1
+    keys = [k for k in (args.api_key, secret(settings.cli.server_key)) if k]
+    exposure = Exposure(
+        args.host,
+        args.port,
+        keyed=bool(keys),
+        allow_unauthenticated=args.allow_unauthenticated,
+        allowed_hosts=tuple(args.allowed_host),
+    )
+    try:
+        exposure.check()
+    except ServeError as exc:
+        return fail(str(exc), 2)
+    try:
+        run_server(
+            agent_loop,
+            exposure,
+            api_keys=keys,
+            store=StoreChoice(args.store, args.dynamodb_endpoint, args.template),
+            state_dir=args.state_dir,
+            settings=settings,
+            debug_dir=args.debug_dir,
+            log_level=args.log_level,
+            loop=args.loop,
+            http=args.http,
+            announce=lambda line: print(f"rollout-sdk: {line}", file=sys.stderr),
+        )
+    except (ConfigurationError, StoreError, ServeError) as exc:
+        return fail(str(exc), 1)
+    return 0
