@@ -546,6 +546,8 @@ class ForwardingTrainGate:
     async def _post(self, body: dict[str, Any]) -> httpx.Response:
         import httpx
 
+        from rollout_sdk.traingate.transport import send
+
         headers = [(b"Content-Type", b"application/json"), (b"Accept", b"application/json")]
         if self.endpoint.authorization is not None:
             headers.append((b"Authorization", self.endpoint.authorization))
@@ -557,12 +559,9 @@ class ForwardingTrainGate:
             content=json.dumps(body, ensure_ascii=False).encode(),
             extensions={"timeout": dict.fromkeys(("connect", "read", "write", "pool"), timeout)},
         )
-        answer = await self._http().handle_async_request(request)
-        try:
-            await answer.aread()
-        finally:
-            await answer.aclose()
-        return answer
+        # As the TrainGate client sends: once more at once when a pooled connection the
+        # endpoint had closed failed before any answer.
+        return await send(self._http(), request)
 
     async def forward(
         self, body: dict[str, Any], tools: list[dict[str, Any]], params: dict[str, Any]
