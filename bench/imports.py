@@ -3,7 +3,7 @@
     python -m bench.imports [--runs 15]
 
 Each run spawns two fresh interpreters side by side, one for the author's import
-(:data:`rollout_sdk.testing.imports.AUTHOR_IMPORT`) and one for the baseline, and times the
+(:data:`testkit.imports.AUTHOR_IMPORT`) and one for the baseline, and times the
 statement alone inside each (start-up is not counted); the ratio is taken per run, so a busy
 moment slows both sides of it. One warm-up pair first (bytecode, disk cache). Every run also
 lists what the author's import loaded of the server's modules (none, when all is well).
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.common import Figure, child_env, emit_result
-from rollout_sdk.testing.imports import AUTHOR_IMPORT, SERVER_MODULES, probe_import
+from testkit.imports import AUTHOR_IMPORT, SERVER_MODULES, probe_import
 
 BASELINE_IMPORT = "from pydantic import BaseModel"
 #: "at most 2.0 x ``from pydantic import BaseModel``"

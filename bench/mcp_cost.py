@@ -27,7 +27,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from bench.package import lambda_env, runtime_boto3, tree_bytes, zipped_bytes
-from rollout_sdk.testing.imports import ImportProbe, probe_import
+from testkit.imports import ImportProbe, probe_import
 
 ROOT = Path(__file__).resolve().parents[1]
 CALCULATOR = "examples.calculator.agent:agent_loop"

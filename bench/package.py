@@ -22,8 +22,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from rollout_sdk.testing.imports import ImportProbe, probe_import
 from testkit.aws import FAKE_AWS
+from testkit.imports import ImportProbe, probe_import
 
 #: Unzipped, with bytecode compiled by the runtime's Python ("at most 25 MB"; the older 15 MB goal
 #: assumed no bytecode).

@@ -9,7 +9,7 @@ set as in Lambda so that Powertools Tracer turns on and the X-Ray SDK builds its
   which each run checks), then, timed, what turning them on adds to the cold start: building the
   kit's tracer (:class:`rollout_sdk.aws.telemetry.XRaySpans`), which imports Powertools Tracer's
   X-Ray SDK and configures its recorder. The precise figure: nothing else is in the timed part.
-- **whole**: ``import handler`` timed alone (:func:`rollout_sdk.testing.imports.probe_import`,
+- **whole**: ``import handler`` timed alone (:func:`testkit.imports.probe_import`,
   interpreter start-up not counted) with the subsegments off and on, in alternating order. The
   difference is the same cost, but within the noise of a ~0.7 s import on a busy machine.
 """
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.common import Figure, child_env, emit_result
-from rollout_sdk.testing.imports import probe_import
 from testkit import REPO_ROOT
+from testkit.imports import probe_import
 
 STATEMENT = "import handler"
 

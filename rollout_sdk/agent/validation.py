@@ -65,6 +65,8 @@ def sample_request() -> RolloutRequest:
 def check_tool(
     index: int, tool: Any, errors: list[ValidationError], warnings: list[ValidationError]
 ) -> str | None:
+    """Append what is wrong with ``tools[index]`` to ``errors`` and ``warnings``; its function's
+    name when that is valid, else None."""
     where = f"tools[{index}]"
     if isinstance(tool, OpenAIFunctionToolSchema):
         tool = tool.model_dump()
@@ -77,6 +79,26 @@ def check_tool(
             )
         )
         return None
+    _check_tool_type(where, tool, errors)
+    function = _function_of(where, tool, errors)
+    if function is None:
+        return None
+    name = _function_name(where, function, errors)
+    description = function.get("description")
+    if not isinstance(description, str) or not description.strip():
+        errors.append(
+            ValidationError(
+                "MISSING_FUNCTION_DESCRIPTION",
+                f"tool {name or index!s} has no description; LLM APIs require one "
+                "(OpenAIFunctionSchema(description=...))",
+                f"{where}.function.description",
+            )
+        )
+    _check_parameters(where, function, errors, warnings)
+    return name
+
+
+def _check_tool_type(where: str, tool: dict[str, Any], errors: list[ValidationError]) -> None:
     if "type" not in tool:
         errors.append(ValidationError("MISSING_TOOL_TYPE", 'add "type": "function"', where))
     elif tool["type"] != "function":
@@ -88,6 +110,12 @@ def check_tool(
                 f"{where}.type",
             )
         )
+
+
+def _function_of(
+    where: str, tool: dict[str, Any], errors: list[ValidationError]
+) -> dict[str, Any] | None:
+    """The tool's ``function`` object, or None (and the error) when it has none."""
     if "function" not in tool:
         errors.append(ValidationError("MISSING_FUNCTION", 'add a "function" object', where))
         return None
@@ -99,6 +127,13 @@ def check_tool(
             )
         )
         return None
+    return function
+
+
+def _function_name(
+    where: str, function: dict[str, Any], errors: list[ValidationError]
+) -> str | None:
+    """The function's name, or None (and the error) when it is missing or not a name."""
     name = function.get("name")
     if "name" not in function:
         errors.append(
@@ -108,7 +143,8 @@ def check_tool(
                 f"{where}.function.name",
             )
         )
-    elif not isinstance(name, str) or not name.strip():
+        return None
+    if not isinstance(name, str) or not name.strip():
         errors.append(
             ValidationError(
                 "INVALID_FUNCTION_NAME",
@@ -116,38 +152,35 @@ def check_tool(
                 f"{where}.function.name",
             )
         )
-        name = None
-    description = function.get("description")
-    if not isinstance(description, str) or not description.strip():
+        return None
+    return name
+
+
+def _check_parameters(
+    where: str,
+    function: dict[str, Any],
+    errors: list[ValidationError],
+    warnings: list[ValidationError],
+) -> None:
+    parameters = function.get("parameters")
+    if parameters is None:
+        return
+    if not isinstance(parameters, dict):
         errors.append(
             ValidationError(
-                "MISSING_FUNCTION_DESCRIPTION",
-                f"tool {name or index!s} has no description; LLM APIs require one "
-                "(OpenAIFunctionSchema(description=...))",
-                f"{where}.function.description",
+                "INVALID_PARAMETERS_TYPE",
+                "parameters must be an object",
+                f"{where}.function.parameters",
             )
         )
-    parameters = function.get("parameters")
-    if parameters is not None:
-        if not isinstance(parameters, dict):
-            errors.append(
-                ValidationError(
-                    "INVALID_PARAMETERS_TYPE",
-                    "parameters must be an object",
-                    f"{where}.function.parameters",
-                )
+    elif parameters.get("type", "object") != "object":
+        warnings.append(
+            ValidationError(
+                "PARAMETERS_TYPE_NOT_OBJECT",
+                f"parameters type is {parameters.get('type')!r}",
+                f"{where}.function.parameters.type",
             )
-        elif parameters.get("type", "object") != "object":
-            warnings.append(
-                ValidationError(
-                    "PARAMETERS_TYPE_NOT_OBJECT",
-                    f"parameters type is {parameters.get('type')!r}",
-                    f"{where}.function.parameters.type",
-                )
-            )
-    if isinstance(name, str) and name.strip():
-        return name
-    return None
+        )
 
 
 def tool_errors(index: int, tool: Any) -> list[ValidationError]:
@@ -163,8 +196,23 @@ def validate_agent_loop(
     """Check an agent loop's name, tools and ``run``; collect every problem. Never raises."""
     errors: list[ValidationError] = []
     warnings: list[ValidationError] = []
+    agent_name = _check_name(agent_loop, errors)
+    tools = _tools_of(agent_loop, request, errors)
+    if tools is not None:
+        _check_tools(tools, errors, warnings)
+    _check_run(agent_loop, errors)
+    return ValidationResult(
+        valid=not errors,
+        errors=errors,
+        warnings=warnings,
+        agent_name=agent_name,
+        tool_count=0 if tools is None else len(tools),
+    )
+
+
+def _check_name(agent_loop: Any, errors: list[ValidationError]) -> str | None:
+    """The agent loop's name when it is a string (blank included), else None."""
     name = getattr(agent_loop, "name", None)
-    agent_name = name if isinstance(name, str) else None
     if not hasattr(agent_loop, "name"):
         errors.append(
             ValidationError("MISSING_NAME", 'define a class attribute name = "..."', "name")
@@ -177,8 +225,14 @@ def validate_agent_loop(
         )
     elif not name.strip():
         errors.append(ValidationError("EMPTY_NAME", "name must not be blank", "name"))
+    return name if isinstance(name, str) else None
 
-    tool_count = 0
+
+def _tools_of(
+    agent_loop: Any, request: RolloutRequest | None, errors: list[ValidationError]
+) -> list[Any] | None:
+    """What ``get_tools`` returns for ``request`` (or :func:`sample_request`) when that is a
+    list; else None, with the error."""
     get_tools = getattr(agent_loop, "get_tools", None)
     if not callable(get_tools):
         errors.append(
@@ -188,52 +242,61 @@ def validate_agent_loop(
                 "get_tools",
             )
         )
-    else:
-        try:
-            tools = get_tools(request or sample_request())
-        except Exception as exc:
+        return None
+    try:
+        tools = get_tools(request or sample_request())
+    except Exception as exc:
+        errors.append(
+            ValidationError(
+                "GET_TOOLS_EXCEPTION",
+                f"get_tools raised {type(exc).__name__}: {exc}",
+                "get_tools",
+                {"exception_type": type(exc).__name__, "exception_message": str(exc)},
+            )
+        )
+        return None
+    if tools is None:
+        errors.append(
+            ValidationError(
+                "GET_TOOLS_RETURNS_NONE",
+                "get_tools must return a list (may be empty)",
+                "get_tools",
+            )
+        )
+        return None
+    if not isinstance(tools, list):
+        errors.append(
+            ValidationError(
+                "GET_TOOLS_INVALID_TYPE",
+                f"get_tools must return a list, got {type(tools).__name__}",
+                "get_tools",
+            )
+        )
+        return None
+    return tools
+
+
+def _check_tools(
+    tools: list[Any], errors: list[ValidationError], warnings: list[ValidationError]
+) -> None:
+    """Check each tool (:func:`check_tool`), and that no two share a name."""
+    seen: dict[str, int] = {}
+    for index, tool in enumerate(tools):
+        tool_name = check_tool(index, tool, errors, warnings)
+        if tool_name is None:
+            continue
+        if tool_name in seen:
             errors.append(
                 ValidationError(
-                    "GET_TOOLS_EXCEPTION",
-                    f"get_tools raised {type(exc).__name__}: {exc}",
-                    "get_tools",
-                    {"exception_type": type(exc).__name__, "exception_message": str(exc)},
+                    "DUPLICATE_TOOL_NAME",
+                    f"tool name {tool_name!r} is also used by tools[{seen[tool_name]}]",
+                    f"tools[{index}].function.name",
                 )
             )
-        else:
-            if tools is None:
-                errors.append(
-                    ValidationError(
-                        "GET_TOOLS_RETURNS_NONE",
-                        "get_tools must return a list (may be empty)",
-                        "get_tools",
-                    )
-                )
-            elif not isinstance(tools, list):
-                errors.append(
-                    ValidationError(
-                        "GET_TOOLS_INVALID_TYPE",
-                        f"get_tools must return a list, got {type(tools).__name__}",
-                        "get_tools",
-                    )
-                )
-            else:
-                tool_count = len(tools)
-                seen: dict[str, int] = {}
-                for index, tool in enumerate(tools):
-                    tool_name = check_tool(index, tool, errors, warnings)
-                    if tool_name is None:
-                        continue
-                    if tool_name in seen:
-                        errors.append(
-                            ValidationError(
-                                "DUPLICATE_TOOL_NAME",
-                                f"tool name {tool_name!r} is also used by tools[{seen[tool_name]}]",
-                                f"tools[{index}].function.name",
-                            )
-                        )
-                    seen.setdefault(tool_name, index)
+        seen.setdefault(tool_name, index)
 
+
+def _check_run(agent_loop: Any, errors: list[ValidationError]) -> None:
     run = getattr(agent_loop, "run", None)
     if run is None:
         errors.append(
@@ -247,13 +310,6 @@ def validate_agent_loop(
                 "RUN_NOT_ASYNC", "run must be declared 'async def run(self, ctx)'", "run"
             )
         )
-    return ValidationResult(
-        valid=not errors,
-        errors=errors,
-        warnings=warnings,
-        agent_name=agent_name,
-        tool_count=tool_count,
-    )
 
 
 def validate_and_report(agent_loop: Any, *, verbose: bool = False) -> ValidationResult:

@@ -195,6 +195,11 @@ async def _drop(request: Request) -> Response:
     raise RuntimeError("the connection did not close")
 
 
+def _record(body: dict[str, Any]) -> dict[str, Any]:
+    """The answer to a final response (the stand-in records it whatever it holds)."""
+    return {"status": "ok"}
+
+
 class TrainGateStandIn:
     """The stand-in's state and its FastAPI app (``.app``).
 
@@ -343,83 +348,13 @@ class TrainGateStandIn:
     def _build(self) -> FastAPI:
         app = FastAPI(title="TrainGate stand-in", docs_url=None, redoc_url=None)
 
-        async def handle(
-            endpoint: str, request: Request, answer: Callable[[dict[str, Any]], dict[str, Any]]
-        ) -> Response | dict[str, Any]:
-            arrived = time.monotonic()
-            if not self._authorised(request):
-                return JSONResponse({"detail": "bad callback key"}, 401)
-            try:
-                body = await request.json()
-            except ClientDisconnect:
-                # The caller went before its request was whole (a killed process): no call.
-                return Response(status_code=499)  # never sent: the caller is gone
-            except ValueError:
-                return JSONResponse({"detail": "the body is not JSON"}, 400)
-            if not isinstance(body, dict):
-                return JSONResponse({"detail": "the body is not a JSON object"}, 400)
-            rollout_id = str(body.get("rollout_id"))
-            run_id = body.get("run_id")
-            messages = body.get("messages")
-            first_turn = endpoint == "chat" and not any(
-                isinstance(m, dict) and m.get("role") == "assistant"
-                for m in (messages if isinstance(messages, list) else [])
-            )
-            keep = endpoint == "completed" or self.keep_chat_bodies
-
-            def log(outcome: str, status: int | None) -> None:
-                self._log(
-                    Call(
-                        endpoint=endpoint,
-                        rollout_id=rollout_id,
-                        outcome=outcome,
-                        status=status,
-                        arrived=arrived,
-                        answered=time.monotonic(),
-                        body=body if keep else None,
-                        run_id=None if run_id is None else str(run_id),
-                        first_turn=first_turn,
-                    )
-                )
-
-            key = (endpoint, rollout_id)
-            with self._lock:
-                self._pending[key] += 1
-            try:
-                fault = self._take_fault(endpoint, rollout_id)
-                status = 200
-                if fault is not None:
-                    if fault.delay:
-                        await self._pause(fault.delay)
-                    status = fault.status
-                    if fault.lose_ack or status == 0:
-                        log(ACK_LOST if fault.lose_ack else FAILED, None)
-                        return await _drop(request)
-                    if not 200 <= status < 300:
-                        final = 400 <= status < 500 and status not in (408, 429)
-                        log(REFUSED if final else FAILED, status)
-                        headers = {"Retry-After": fault.retry_after} if fault.retry_after else None
-                        return JSONResponse({"detail": "injected fault"}, status, headers=headers)
-                if endpoint == "chat" and self.chat_delay:
-                    await self._pause(self.chat_delay)  # release() ends it
-                result = answer(body)
-                # A caller that gave up waiting never sees this 2xx: its acknowledgement is lost.
-                log(ACK_LOST if await request.is_disconnected() else OK, status)
-                return result
-            finally:
-                with self._lock:
-                    self._pending[key] -= 1
-
-        def record(body: dict[str, Any]) -> dict[str, Any]:
-            return {"status": "ok"}
-
         @app.post("/v1/chat/completions", response_model=None)
         async def chat(request: Request) -> Response | dict[str, Any]:
-            return await handle("chat", request, self.model.reply)
+            return await self._handle("chat", request, self.model.reply)
 
         @app.post("/v1/rollout/completed", response_model=None)
         async def completed(request: Request) -> Response | dict[str, Any]:
-            return await handle("completed", request, record)
+            return await self._handle("completed", request, _record)
 
         # Not TrainGate's: how a test that cannot share this process (the cloud suite, whose
         # stand-in Lambda must reach over the internet) sees the callbacks. Guarded by the
@@ -431,3 +366,99 @@ class TrainGateStandIn:
             return self.observed(rollout_id)
 
         return app
+
+    async def _handle(
+        self, endpoint: str, request: Request, answer: Callable[[dict[str, Any]], dict[str, Any]]
+    ) -> Response | dict[str, Any]:
+        """One call of ``endpoint``: its key and body checked, then answered as its next fault
+        says or by ``answer``, counted as pending until then, and logged with how it ended."""
+        arrived = time.monotonic()
+        body = await self._body_of(request)
+        if isinstance(body, Response):
+            return body
+        rollout_id = str(body.get("rollout_id"))
+        log = self._call_log(endpoint, rollout_id, body, arrived)
+        key = (endpoint, rollout_id)
+        with self._lock:
+            self._pending[key] += 1
+        try:
+            return await self._answer(endpoint, rollout_id, request, body, answer, log)
+        finally:
+            with self._lock:
+                self._pending[key] -= 1
+
+    async def _body_of(self, request: Request) -> dict[str, Any] | Response:
+        """The call's JSON object, or the answer to a call without the key or such a body."""
+        if not self._authorised(request):
+            return JSONResponse({"detail": "bad callback key"}, 401)
+        try:
+            body = await request.json()
+        except ClientDisconnect:
+            # The caller went before its request was whole (a killed process): no call.
+            return Response(status_code=499)  # never sent: the caller is gone
+        except ValueError:
+            return JSONResponse({"detail": "the body is not JSON"}, 400)
+        if not isinstance(body, dict):
+            return JSONResponse({"detail": "the body is not a JSON object"}, 400)
+        return body
+
+    def _call_log(
+        self, endpoint: str, rollout_id: str, body: dict[str, Any], arrived: float
+    ) -> Callable[[str, int | None], None]:
+        """What logs this call once it ended: ``log(outcome, status)``."""
+        run_id = body.get("run_id")
+        messages = body.get("messages")
+        first_turn = endpoint == "chat" and not any(
+            isinstance(m, dict) and m.get("role") == "assistant"
+            for m in (messages if isinstance(messages, list) else [])
+        )
+        keep = endpoint == "completed" or self.keep_chat_bodies
+
+        def log(outcome: str, status: int | None) -> None:
+            self._log(
+                Call(
+                    endpoint=endpoint,
+                    rollout_id=rollout_id,
+                    outcome=outcome,
+                    status=status,
+                    arrived=arrived,
+                    answered=time.monotonic(),
+                    body=body if keep else None,
+                    run_id=None if run_id is None else str(run_id),
+                    first_turn=first_turn,
+                )
+            )
+
+        return log
+
+    async def _answer(
+        self,
+        endpoint: str,
+        rollout_id: str,
+        request: Request,
+        body: dict[str, Any],
+        answer: Callable[[dict[str, Any]], dict[str, Any]],
+        log: Callable[[str, int | None], None],
+    ) -> Response | dict[str, Any]:
+        """The next fault for the call, if one is set (a delay, a dropped connection, an error
+        status), else ``answer``'s."""
+        fault = self._take_fault(endpoint, rollout_id)
+        status = 200
+        if fault is not None:
+            if fault.delay:
+                await self._pause(fault.delay)
+            status = fault.status
+            if fault.lose_ack or status == 0:
+                log(ACK_LOST if fault.lose_ack else FAILED, None)
+                return await _drop(request)
+            if not 200 <= status < 300:
+                final = 400 <= status < 500 and status not in (408, 429)
+                log(REFUSED if final else FAILED, status)
+                headers = {"Retry-After": fault.retry_after} if fault.retry_after else None
+                return JSONResponse({"detail": "injected fault"}, status, headers=headers)
+        if endpoint == "chat" and self.chat_delay:
+            await self._pause(self.chat_delay)  # release() ends it
+        result = answer(body)
+        # A caller that gave up waiting never sees this 2xx: its acknowledgement is lost.
+        log(ACK_LOST if await request.is_disconnected() else OK, status)
+        return result

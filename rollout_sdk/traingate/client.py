@@ -12,9 +12,10 @@ Retries follow the kit rules: 5xx, 408, 429, timeouts and dropped connections ar
 exponential backoff and jitter, ``Retry-After`` is honoured, any 2xx is success, any other 4xx is
 final. A request that fails on a reused pooled connection before any answer
 (:class:`~rollout_sdk.traingate.transport.StaleConnectionError`) is sent once more at once, on a new
-connection, without counting against the retries: the server most likely closed the idle
-connection, and the one duplicate this can make (the first copy had arrived after all) is the
-one HTTP allows for a POST whose answer was lost (docs/architecture.md, "Duplicates").
+connection, without counting against the retries (:func:`~rollout_sdk.traingate.transport.send`):
+the server most likely closed the idle connection, and the one duplicate this can make (the first
+copy had arrived after all) is the one HTTP allows for a POST whose answer was lost
+(docs/architecture.md, "The one duplicate HTTP allows").
 
 Nothing above this module sees an httpx exception: each is translated into the kit's own tree.
 
@@ -226,9 +227,12 @@ class TrainGateClient:
         return delay
 
     async def _send(self, url: str, content: bytes, api_key: str | None) -> httpx.Response:
-        """One POST of ``content``, its answer read whole."""
+        """One POST of ``content``, its answer read whole, sent once more at once when a reused
+        connection failed before any answer (:func:`~rollout_sdk.traingate.transport.send`)."""
         # Here: no HTTP client at import (the module docstring).
         import httpx
+
+        from rollout_sdk.traingate.transport import send
 
         headers = [(b"Content-Type", b"application/json")]
         if api_key:
@@ -240,32 +244,19 @@ class TrainGateClient:
             content=content,
             extensions={"timeout": self._timeouts},
         )
-        answer = await self.transport.handle_async_request(request)
-        try:
-            await answer.aread()
-        finally:
-            await answer.aclose()
-        return answer
+        return await send(self.transport, request)
 
     async def _post(self, url: str, content: bytes, api_key: str | None) -> httpx.Response:
-        """:meth:`_send`, sent once more at once when a reused connection failed before any
-        answer; every other failure becomes a :class:`_RetryableFailure`."""
+        """:meth:`_send`, its failures translated: a refused address and an answer over the cap
+        are final, every other failure becomes a :class:`_RetryableFailure`."""
         # Here: no HTTP client at import (the module docstring).
         import httpx
 
         # Here: no HTTP client at import (the module docstring).
-        from rollout_sdk.traingate.transport import (
-            AddressRefusedError,
-            AnswerTooLargeError,
-            StaleConnectionError,
-        )
+        from rollout_sdk.traingate.transport import AddressRefusedError, AnswerTooLargeError
 
         try:
-            try:
-                return await self._send(url, content, api_key)
-            except StaleConnectionError:
-                # Not counted against the retries: see the module's docstring.
-                return await self._send(url, content, api_key)
+            return await self._send(url, content, api_key)
         except AddressRefusedError as exc:
             # Final: the same URL leads to the same refusal. Nothing was sent.
             self.telemetry.count(Metric.OUTBOUND_REFUSED)

@@ -30,7 +30,8 @@ Stale connections: a pooled connection may have been closed by the server (uvico
 idle for 5 s; a thawed Lambda environment may hold connections the far end forgot long ago).
 Idle connections are dropped after :data:`KEEPALIVE_EXPIRY_SECONDS`, below those idle timeouts,
 and a request that fails on a reused connection before any answer raises
-:class:`StaleConnectionError`, which the client retries once at once.
+:class:`StaleConnectionError`, which :func:`send` sends once more at once: the one send both the
+TrainGate client and ``rollout-sdk test``'s forwarder use.
 """
 
 from __future__ import annotations
@@ -255,6 +256,31 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+async def send(transport: httpx.AsyncBaseTransport, request: httpx.Request) -> httpx.Response:
+    """``request`` through ``transport``, its answer read whole; sent once more at once when it
+    failed on a pooled connection before any answer (:class:`StaleConnectionError`).
+
+    The server most likely closed the idle connection as the request went out, so the second
+    copy goes out on a new one. It is not a retry (a caller's retries do not count it): the one
+    duplicate it can make, the first copy having arrived after all, is the one HTTP allows for a
+    POST whose answer was lost (docs/architecture.md, "The one duplicate HTTP allows"). Every
+    other failure, and a second stale connection, is raised as the transport raised it.
+    """
+    try:
+        return await _send_once(transport, request)
+    except StaleConnectionError:
+        return await _send_once(transport, request)
+
+
+async def _send_once(transport: httpx.AsyncBaseTransport, request: httpx.Request) -> httpx.Response:
+    answer = await transport.handle_async_request(request)
+    try:
+        await answer.aread()
+    finally:
+        await answer.aclose()
+    return answer
 
 
 def _too_large(declared: int | None, limit: int) -> str:

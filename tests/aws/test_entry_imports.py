@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rollout_sdk.testing.imports import ImportProbe, probe_import
 from testkit.aws import fake_aws_env
+from testkit.imports import ImportProbe, probe_import
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The TrainGate client's HTTP stack, whichever it is: the worker's alone.

@@ -14,10 +14,10 @@ import pytest
 
 from rollout_sdk.local.emulator import LocalResources
 from rollout_sdk.local.invoke import invoke, load_event
-from rollout_sdk.testing.imports import probe_import
 from rollout_sdk.testing.standin import Fault, TrainGateStandIn
 from testkit.agents import slow_metadata
 from testkit.aws import fake_aws_env
+from testkit.imports import probe_import
 
 from .conftest import ROOT
 from .test_queue_handoff import batch, receive

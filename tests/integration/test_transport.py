@@ -1,6 +1,8 @@
 """The TrainGate client on its real HTTP stack (aiohttp under httpx's seam), against servers on
 127.0.0.1 that misbehave on the wire: a pooled connection closed under the client, a connection
-dropped before any answer, a refused port, an answer that never comes, a gzip body."""
+dropped before any answer, a refused port, an answer that never comes, a gzip body; and
+``rollout-sdk test``'s forwarder, which sends through the same helper, against an endpoint that
+closes a pooled connection under it."""
 
 from __future__ import annotations
 
@@ -14,9 +16,11 @@ from typing import Any
 import pytest
 
 from rollout_sdk.errors import OsmosisTimeoutError, OsmosisTransportError, OsmosisValidationError
+from rollout_sdk.local.forward import Endpoint, ForwardingTrainGate
 from rollout_sdk.protocol import RolloutResponse, RolloutStatus
 from rollout_sdk.settings import RolloutClientSettings
 from rollout_sdk.traingate.client import CHAT_PATH, TrainGateClient
+from rollout_sdk.traingate.transport import AiohttpTransport
 
 pytestmark = pytest.mark.integration
 
@@ -131,6 +135,31 @@ async def test_a_pooled_connection_the_server_closed_is_resent_once_on_a_new_one
     # Connection 1: the first call, then the second call's lost copy; connection 2: its re-send.
     assert server.connections == [2, 1]
     assert sleep.calls == []
+
+
+async def test_the_forwarder_resends_a_call_whose_pooled_connection_the_endpoint_closed() -> None:
+    # The endpoint answers the first request on each connection and closes the connection when
+    # the second arrives: the forwarder's second chat call went out on a pooled connection the
+    # endpoint had closed, and is sent once more at once on a new one.
+    async def script(n: int) -> bytes | None:
+        return answer(completion()) if n == 0 else None
+
+    transport = AiohttpTransport()
+    async with wire_server(script) as (server, url):
+        forwarder = ForwardingTrainGate(
+            Endpoint(base_url=f"{url}/v1", model="m", timeout=10.0),
+            callback_key="cb",
+            transport=transport,
+        )
+        try:
+            first = await forwarder.forward(BODY, [], {})
+            second = await forwarder.forward(BODY, [], {})
+        finally:
+            await transport.aclose()
+    assert first == completion()
+    assert second == completion()
+    assert server.connections == [2, 1]
+    assert server.heads[-1].decode().lower().startswith("post /v1/chat/completions http/1.1")
 
 
 async def test_a_new_connection_dropped_unanswered_uses_the_retries() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import rollout_sdk
-from rollout_sdk.testing.imports import AUTHOR_IMPORT, SERVER_MODULES, probe_import
+from testkit.imports import AUTHOR_IMPORT, SERVER_MODULES, probe_import
 
 from .test_v1_surface import V1_ALL
 

@@ -29,11 +29,11 @@ from rollout_sdk.mcp import (
 )
 from rollout_sdk.protocol import RolloutRequest, RolloutStatus
 from rollout_sdk.settings import RolloutClientSettings
-from rollout_sdk.testing.imports import AUTHOR_IMPORT, probe_import
 from rollout_sdk.testing.standin import TrainGateStandIn
 from rollout_sdk.traingate.client import TrainGateClient
 from testkit import REPO_ROOT
 from testkit.bodies import calculator_body
+from testkit.imports import AUTHOR_IMPORT, probe_import
 
 from .support import TRAINGATE, FakeSleep, FakeTrainGate, completion
 
