@@ -22,9 +22,10 @@ records are in it is decided here, by the moves:
 - a duplicate init's hand-off of a rollout still waiting for its worker, due when that hand-off
   lease runs out (``mark_handoff``) and out again once a hand-off succeeded (``handed_off``);
 - a leased record whose lease a recoverer can take over with the callback key it holds (a
-  *watched* lease: the record holds the sealed key, say the callers, or the store is
-  :attr:`Store.owner`'s), due when the lease runs out (``claim``, ``renew``, ``finish``,
-  ``settle``, ``reclaim_delivery``);
+  *watched* lease: the moves are told ``watch``, which the engine decides by one rule,
+  ``rollout_sdk.engine.lease.Leases.watches``, or the store is :attr:`Store.owner`'s), due when
+  the lease runs out (``claim``, ``renew``, ``finish``, ``settle``, ``reclaim_delivery``,
+  ``mark_handoff``; unwatched unless told);
 - on a store with an owner (a local server's), every record in flight: the restart sweep finds
   what that server left through the same index (an idle ACCEPTED one is due at its expiry).
 
@@ -462,7 +463,7 @@ class Store(abc.ABC):
         lease_until: float,
         now: float,
         sealed_key: str | None = None,
-        watch: bool = True,
+        watch: bool = False,
     ) -> TransitionResult:
         """Take the hand-off lease of an ACCEPTED record no one holds (a duplicate init, or the
         re-drive, is about to hand it off again): ``handoffs`` becomes ``count``, which makes

@@ -285,12 +285,24 @@ async def test_a_watched_lease_is_due_when_it_runs_out(store: Store) -> None:
     assert await _listed(store, now=NOW + 500) == ["r-1"]
 
 
+async def test_every_lease_taking_move_is_unwatched_unless_told(store: Store) -> None:
+    # One default for every move (the engine's one rule, Leases.watches, tells each): the
+    # hand-off lease too, sealed key or not, stays out of the index unless watched.
+    await store.create(make_record(), now=NOW)
+    marked = await store.mark_handoff(
+        "r-1", count=1, lease_until=NOW + 60, sealed_key=SEALED, now=NOW
+    )
+    assert marked.applied and marked.record is not None
+    assert (marked.record.due_at, marked.record.sealed_key) == (None, SEALED)
+    assert await _listed(store, now=NOW + 500) == []
+
+
 async def test_a_duplicates_hand_off_lease_bounds_hand_offs_and_is_due_when_it_ends(
     store: Store,
 ) -> None:
     await store.create(make_record(), now=NOW)
     first = await store.mark_handoff(
-        "r-1", count=1, lease_until=NOW + 60, sealed_key=SEALED, now=NOW
+        "r-1", count=1, lease_until=NOW + 60, sealed_key=SEALED, now=NOW, watch=True
     )
     assert first.applied and first.record is not None
     assert (first.record.due_at, first.record.sealed_key) == (NOW + 60, SEALED)
@@ -303,7 +315,9 @@ async def test_a_duplicates_hand_off_lease_bounds_hand_offs_and_is_due_when_it_e
     assert done.record is not None and done.record.due_at is None
     assert done.record.lease_until == NOW + 60
     assert await _listed(store, now=NOW + 500) == []
-    later = await store.mark_handoff("r-1", count=2, lease_until=NOW + 200, now=NOW + 61)
+    later = await store.mark_handoff(
+        "r-1", count=2, lease_until=NOW + 200, now=NOW + 61, watch=True
+    )
     assert later.applied and later.record is not None and later.record.handoffs == 2
     # The claim takes it out of the index and the hand-off lease over.
     claimed = await store.claim(
