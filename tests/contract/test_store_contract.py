@@ -285,18 +285,6 @@ async def test_a_watched_lease_is_due_when_it_runs_out(store: Store) -> None:
     assert await _listed(store, now=NOW + 500) == ["r-1"]
 
 
-async def test_every_lease_taking_move_is_unwatched_unless_told(store: Store) -> None:
-    # One default for every move (the engine's one rule, Leases.watches, tells each): the
-    # hand-off lease too, sealed key or not, stays out of the index unless watched.
-    await store.create(make_record(), now=NOW)
-    marked = await store.mark_handoff(
-        "r-1", count=1, lease_until=NOW + 60, sealed_key=SEALED, now=NOW
-    )
-    assert marked.applied and marked.record is not None
-    assert (marked.record.due_at, marked.record.sealed_key) == (None, SEALED)
-    assert await _listed(store, now=NOW + 500) == []
-
-
 async def test_a_duplicates_hand_off_lease_bounds_hand_offs_and_is_due_when_it_ends(
     store: Store,
 ) -> None:
@@ -306,6 +294,14 @@ async def test_a_duplicates_hand_off_lease_bounds_hand_offs_and_is_due_when_it_e
     )
     assert first.applied and first.record is not None
     assert (first.record.due_at, first.record.sealed_key) == (NOW + 60, SEALED)
+    # Untold, a hand-off lease is not watched, sealed key or not: every move that takes a lease
+    # has one default (the engine's one rule, Leases.watches, tells each).
+    await store.create(make_record("untold"), now=NOW)
+    untold = await store.mark_handoff(
+        "untold", count=1, lease_until=NOW + 60, sealed_key=SEALED, now=NOW
+    )
+    assert untold.applied and untold.record is not None
+    assert (untold.record.due_at, untold.record.sealed_key) == (None, SEALED)
     # A second hand-off within the lease is refused: at most one extra per lease.
     again = await store.mark_handoff("r-1", count=2, lease_until=NOW + 90, now=NOW + 30)
     assert (again.applied, again.record) == (False, first.record)
