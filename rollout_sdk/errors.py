@@ -31,7 +31,12 @@ the v1 Osmosis SDK are kept, with their meaning, so ported agents can keep catch
     │   ├── RolloutAlreadyFinished          409: cancel of a finished rollout
     │   └── AgentToolsError                 500: the agent's get_tools failed or is invalid
     ├── StoreError                          503: the record store failed (I/O, corruption)
-    │   └── ScanDenied                      the role may not scan the table (the backfill)
+    │   ├── ScanDenied                      the role may not scan the table (the backfill)
+    │   ├── ValueTooLarge                   a value over a DynamoDB item's inline limit, no
+    │   │                                   bucket for it (RecordTooLarge at create)
+    │   ├── ConditionFailed                 a conditional write refused (DynamoDB's, answered
+    │   │                                   by the store: it never leaves it)
+    │   └── TransactionCancelled            a transaction cancelled (likewise)
     ├── DispatchError                       503: the hand-off to a worker failed
     │   └── Overloaded                      429: past the concurrency limit and the queue bound
     ├── ServeError                          the local server could not start
@@ -46,8 +51,9 @@ which the app and the ASGI middlewares both render from.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
+from typing import Any
 
 
 class FailureCategory(StrEnum):
@@ -280,6 +286,32 @@ class ScanDenied(StoreError):
     """DynamoDB refused the due index's backfill its Scan for want of a grant
     (AccessDeniedException): only that one-off after an upgrade scans the table, and
     template.yaml grants it only in a deploy with BackfillDueIndex=true."""
+
+
+class ValueTooLarge(StoreError):
+    """A record's value is over the inline limit of a DynamoDB item compressed, and no S3 bucket
+    is configured for large values. At create the store raises RecordTooLarge instead (the
+    init's content: no retry changes it)."""
+
+
+class ConditionFailed(StoreError):
+    """A conditional write's condition failed (ConditionalCheckFailedException); ``item`` is the
+    item as it was, when DynamoDB returned it. The DynamoDB store answers it (a move not applied,
+    a lease not taken); it never leaves the store."""
+
+    def __init__(self, message: str, item: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.item = item
+
+
+class TransactionCancelled(StoreError):
+    """A transaction was cancelled (TransactionCanceledException); ``reasons`` are DynamoDB's,
+    one per item, in order. The DynamoDB store answers it (a create that lost a race, a release
+    that found the record moved on); it never leaves the store."""
+
+    def __init__(self, message: str, reasons: Sequence[Any] = ()) -> None:
+        super().__init__(message)
+        self.reasons = list(reasons)
 
 
 class DispatchError(RolloutError):

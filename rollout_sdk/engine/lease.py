@@ -47,10 +47,20 @@ class Leases:
         return now + self.seconds
 
     @staticmethod
-    def watches(record: RolloutRecord | None) -> bool:
-        """A lease on ``record`` is watched by the re-drive (in the due index until it runs out):
-        the record holds the sealed callback key, so a recoverer can report it without the
-        holder. (On a store with an owner, every lease is watched: the store sees to that.)"""
+    def watches(
+        record: RolloutRecord | None, *, sealing: str | None = None, keyless: bool = False
+    ) -> bool:
+        """Whether a lease taken on ``record`` is watched by the re-drive (in the due index
+        until it runs out): the one rule, which every move that takes or renews a lease is
+        given (``watch=``).
+
+        Watched when a recoverer can act without the holder: the record holds the sealed
+        callback key (its own, or ``sealing``, which the move stores), or the rollout needs
+        none (``keyless``: its init carried no callback key). A claim is not watched: the
+        claimer has not read the record yet, and its first renewal decides. (On a store with an
+        owner, every lease is watched whatever this says: the store sees to that.)"""
+        if keyless or sealing is not None:
+            return True
         return record is not None and record.sealed_key is not None
 
     @asynccontextmanager

@@ -305,8 +305,15 @@ class Recovery:
                 extra={"rollout_id": record.rollout_id},
             )
             return
+        # Due for its hand-off, so its lease was watched when it was taken: with no sealed
+        # key, the rollout needs none.
+        watched = leases.watches(record, keyless=record.sealed_key is None)
         marked = await self.store.mark_handoff(
-            record.rollout_id, count=record.handoffs + 1, lease_until=lease_until, now=now
+            record.rollout_id,
+            count=record.handoffs + 1,
+            lease_until=lease_until,
+            now=now,
+            watch=watched,
         )
         if not marked.applied or marked.record is None:
             report.skipped.append(record.rollout_id)  # claimed, or another recoverer has it

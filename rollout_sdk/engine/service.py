@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rollout_sdk.engine.lease import Leases
 from rollout_sdk.engine.responses import failure_of
 from rollout_sdk.engine.rules import AgentTools, check_metadata_size, check_server_url
 from rollout_sdk.errors import (
@@ -213,7 +214,7 @@ class RolloutService:
         sealed = None
         if request.api_key is not None and vault is not None:
             sealed = await vault.seal(request.api_key, rollout_id=holder.rollout_id)
-        watched = request.api_key is None or sealed is not None
+        watched = Leases.watches(holder, sealing=sealed, keyless=request.api_key is None)
         marked = await self.store.mark_handoff(
             holder.rollout_id,
             count=holder.handoffs + 1,

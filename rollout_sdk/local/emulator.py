@@ -12,7 +12,6 @@ and nothing here writes the process's environment.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
@@ -291,6 +290,22 @@ def _published_alias(lam: Any, function: str, template: dict[str, Any]) -> str |
         )
 
 
+def _ensure_table(ddb: Any, template: dict[str, Any], table: str, *, ttl_optional: bool) -> None:
+    """Create the template's rollout table (with TTL) named ``table``, if it is missing;
+    ``ttl_optional``: an endpoint with no TTL is tolerated (reads ignore expired records)."""
+    if table in ddb.list_tables()["TableNames"]:
+        return
+    ddb.create_table(**table_definition(template, table))
+    try:
+        ddb.update_time_to_live(
+            TableName=table,
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl_attribute(template)},
+        )
+    except ddb.exceptions.ClientError:
+        if not ttl_optional:
+            raise
+
+
 def provision_table(
     endpoint_url: str,
     *,
@@ -301,15 +316,68 @@ def provision_table(
     missing; nothing else is created there. Returns the table name."""
     template = load_template(template_path)
     ddb = local_session().client("dynamodb", endpoint_url=endpoint_url)
-    if table_name not in ddb.list_tables()["TableNames"]:
-        ddb.create_table(**table_definition(template, table_name))
-        # Some emulators have no TTL; reads ignore expired records anyway.
-        with contextlib.suppress(ddb.exceptions.ClientError):
-            ddb.update_time_to_live(
-                TableName=table_name,
-                TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl_attribute(template)},
-            )
+    # Some emulators have no TTL; reads ignore expired records anyway.
+    _ensure_table(ddb, template, table_name, ttl_optional=True)
     return table_name
+
+
+def _ensure_secret(sm: Any, name: str, value: str) -> str:
+    """The ARN of the secret ``name``, created or set to ``value``."""
+    try:
+        return str(sm.create_secret(Name=name, SecretString=value)["ARN"])
+    except sm.exceptions.ResourceExistsException:
+        arn = str(sm.describe_secret(SecretId=name)["ARN"])
+        sm.put_secret_value(SecretId=name, SecretString=value)
+        return arn
+
+
+def _ensure_worker(lam: Any, iam: Any, function: str, role_name: str) -> None:
+    """Create the worker function ``function`` (a dummy package moto echoes), if missing."""
+    try:
+        lam.get_function(FunctionName=function)
+    except lam.exceptions.ResourceNotFoundException:
+        role = iam.create_role(
+            RoleName=role_name,
+            AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []}),
+        )["Role"]["Arn"]
+        lam.create_function(
+            FunctionName=function,
+            Runtime="python3.13",
+            Role=role,
+            Handler="handler.worker",
+            Code={"ZipFile": _dummy_zip()},
+        )
+
+
+def _ensure_kms_key(kms: Any, alias: str) -> str:
+    """The id of the KMS key behind ``alias``, created with the alias if missing."""
+    aliases = {a["AliasName"]: a.get("TargetKeyId") for a in kms.list_aliases()["Aliases"]}
+    key_id = aliases.get(alias)
+    if key_id is None:
+        key_id = kms.create_key(Description="rollout-sdk local callback keys")["KeyMetadata"][
+            "KeyId"
+        ]
+        kms.create_alias(AliasName=alias, TargetKeyId=key_id)
+    return str(key_id)
+
+
+def _ensure_queues(sqs: Any, prefix: str) -> str:
+    """The rollout queue's URL, with its dead-letter queue (as template.yaml sets them up)."""
+    dead_letters = sqs.create_queue(QueueName=f"{prefix}-dead-letters")["QueueUrl"]
+    dead_letters_arn = sqs.get_queue_attributes(QueueUrl=dead_letters, AttributeNames=["QueueArn"])[
+        "Attributes"
+    ]["QueueArn"]
+    return str(
+        sqs.create_queue(
+            QueueName=f"{prefix}-rollouts",
+            Attributes={
+                "VisibilityTimeout": "960",
+                "RedrivePolicy": json.dumps(
+                    {"deadLetterTargetArn": dead_letters_arn, "maxReceiveCount": "3"}
+                ),
+            },
+        )["QueueUrl"]
+    )
 
 
 def provision(
@@ -324,69 +392,25 @@ def provision(
     worker function that moto echoes, on the emulator at ``endpoint_url``. Idempotent."""
     template = load_template(template_path)
     session = local_session()
-    ddb = session.client("dynamodb", endpoint_url=endpoint_url)
-    s3 = session.client("s3", endpoint_url=endpoint_url)
+    table = f"{prefix}-rollouts"
+    _ensure_table(
+        session.client("dynamodb", endpoint_url=endpoint_url), template, table, ttl_optional=False
+    )
+    bucket = f"{prefix}-payloads"
+    session.client("s3", endpoint_url=endpoint_url).create_bucket(Bucket=bucket)
+    key = server_key or secrets.token_urlsafe(24)
     sm = session.client("secretsmanager", endpoint_url=endpoint_url)
+    secret_arn = _ensure_secret(sm, f"{prefix}-server-key", key)
+    function = f"{prefix}-worker"
     lam = session.client("lambda", endpoint_url=endpoint_url)
     iam = session.client("iam", endpoint_url=endpoint_url)
-
-    table = f"{prefix}-rollouts"
-    if table not in ddb.list_tables()["TableNames"]:
-        ddb.create_table(**table_definition(template, table))
-        ddb.update_time_to_live(
-            TableName=table,
-            TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl_attribute(template)},
-        )
-    bucket = f"{prefix}-payloads"
-    s3.create_bucket(Bucket=bucket)
-    key = server_key or secrets.token_urlsafe(24)
-    secret_name = f"{prefix}-server-key"
-    try:
-        secret_arn = sm.create_secret(Name=secret_name, SecretString=key)["ARN"]
-    except sm.exceptions.ResourceExistsException:
-        secret_arn = sm.describe_secret(SecretId=secret_name)["ARN"]
-        sm.put_secret_value(SecretId=secret_name, SecretString=key)
-    function = f"{prefix}-worker"
-    try:
-        lam.get_function(FunctionName=function)
-    except lam.exceptions.ResourceNotFoundException:
-        role = iam.create_role(
-            RoleName=f"{prefix}-worker-role",
-            AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []}),
-        )["Role"]["Arn"]
-        lam.create_function(
-            FunctionName=function,
-            Runtime="python3.13",
-            Role=role,
-            Handler="handler.worker",
-            Code={"ZipFile": _dummy_zip()},
-        )
+    _ensure_worker(lam, iam, function, f"{prefix}-worker-role")
     # The template publishes every function behind an alias and the API invokes the worker's
     # alias ARN (SnapStart applies to published versions only): do the same here.
     invoked = _published_alias(lam, function, template) or function
     kms = session.client("kms", endpoint_url=endpoint_url)
-    alias = f"alias/{prefix}-callback-keys"
-    aliases = {a["AliasName"]: a.get("TargetKeyId") for a in kms.list_aliases()["Aliases"]}
-    kms_key_id = aliases.get(alias)
-    if kms_key_id is None:
-        kms_key_id = kms.create_key(Description="rollout-sdk local callback keys")["KeyMetadata"][
-            "KeyId"
-        ]
-        kms.create_alias(AliasName=alias, TargetKeyId=kms_key_id)
-    sqs = session.client("sqs", endpoint_url=endpoint_url)
-    dead_letters = sqs.create_queue(QueueName=f"{prefix}-dead-letters")["QueueUrl"]
-    dead_letters_arn = sqs.get_queue_attributes(QueueUrl=dead_letters, AttributeNames=["QueueArn"])[
-        "Attributes"
-    ]["QueueArn"]
-    queue_url = sqs.create_queue(
-        QueueName=f"{prefix}-rollouts",
-        Attributes={
-            "VisibilityTimeout": "960",
-            "RedrivePolicy": json.dumps(
-                {"deadLetterTargetArn": dead_letters_arn, "maxReceiveCount": "3"}
-            ),
-        },
-    )["QueueUrl"]
+    kms_key_id = _ensure_kms_key(kms, f"alias/{prefix}-callback-keys")
+    queue_url = _ensure_queues(session.client("sqs", endpoint_url=endpoint_url), prefix)
     environment = {
         **FAKE_FUNCTION_CREDENTIALS,
         "QUEUE_URL": queue_url,

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING
 from rollout_sdk._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from rollout_sdk.store.base import CreateResult, Store, TransactionalStore, TransitionResult
+    from rollout_sdk.store.base import CreateResult, Store, TransitionResult
     from rollout_sdk.store.memory import MemoryStore
     from rollout_sdk.store.sqlite import SQLiteStore
+    from rollout_sdk.store.transactional import TransactionalStore
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
@@ -22,11 +23,11 @@ __getattr__, __dir__ = lazy_exports(
         "rollout_sdk.store.base": (
             "CreateResult",
             "Store",
-            "TransactionalStore",
             "TransitionResult",
         ),
         "rollout_sdk.store.memory": ("MemoryStore",),
         "rollout_sdk.store.sqlite": ("SQLiteStore",),
+        "rollout_sdk.store.transactional": ("TransactionalStore",),
     },
 )
 

@@ -9,9 +9,9 @@ sets), which the adapter writes as one conditional write (one transaction in mem
 one ``UpdateItem`` with a ``ConditionExpression`` on DynamoDB). Callers never spell a field name:
 a misspelt one is a TypeError when the ``Update`` is built, before any store is touched.
 
-``TransactionalStore`` is the ``_apply`` of the stores that can run a read-check-write under one
-lock or transaction (in-memory, SQLite). One contract suite (``tests/contract``) runs every move
-against every implementation.
+:class:`~rollout_sdk.store.transactional.TransactionalStore` is the ``_apply`` of the stores that
+can run a read-check-write under one lock or transaction (in-memory, SQLite). One contract suite
+(``tests/contract``) runs every move against every implementation.
 
 The due index. Recoverers never scan: every record one must act on carries ``due_at`` (when to
 look at it), and :meth:`Store.due` lists only those (a sparse index: a GSI on DynamoDB, a partial
@@ -22,9 +22,10 @@ records are in it is decided here, by the moves:
 - a duplicate init's hand-off of a rollout still waiting for its worker, due when that hand-off
   lease runs out (``mark_handoff``) and out again once a hand-off succeeded (``handed_off``);
 - a leased record whose lease a recoverer can take over with the callback key it holds (a
-  *watched* lease: the record holds the sealed key, say the callers, or the store is
-  :attr:`Store.owner`'s), due when the lease runs out (``claim``, ``renew``, ``finish``,
-  ``settle``, ``reclaim_delivery``);
+  *watched* lease: the moves are told ``watch``, which the engine decides by one rule,
+  ``rollout_sdk.engine.lease.Leases.watches``, or the store is :attr:`Store.owner`'s), due when
+  the lease runs out (``claim``, ``renew``, ``finish``, ``settle``, ``reclaim_delivery``,
+  ``mark_handoff``; unwatched unless told);
 - on a store with an owner (a local server's), every record in flight: the restart sweep finds
   what that server left through the same index (an idle ACCEPTED one is due at its expiry).
 
@@ -36,11 +37,8 @@ from __future__ import annotations
 
 import abc
 import enum
-import functools
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from rollout_sdk.store.record import RecordState, RolloutRecord
 
@@ -50,7 +48,6 @@ if TYPE_CHECKING:
 ConflictOn = Literal["slot", "rollout_id"]
 #: Where :meth:`Store.due` stopped; opaque to callers.
 DueCursor = tuple[Any, ...]
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -466,7 +463,7 @@ class Store(abc.ABC):
         lease_until: float,
         now: float,
         sealed_key: str | None = None,
-        watch: bool = True,
+        watch: bool = False,
     ) -> TransitionResult:
         """Take the hand-off lease of an ACCEPTED record no one holds (a duplicate init, or the
         re-drive, is about to hand it off again): ``handoffs`` becomes ``count``, which makes
@@ -512,155 +509,3 @@ def _delivery_over(
         expires_at=expires_at,
         extra=UNSET if extra is None else extra,
     )
-
-
-class Transaction(Protocol):
-    """Raw access inside one lock or transaction (expired records included)."""
-
-    def by_id(self, rollout_id: str) -> RolloutRecord | None: ...
-
-    def by_slot(self, slot: str) -> RolloutRecord | None: ...
-
-    def put(self, record: RolloutRecord) -> None: ...
-
-    def delete(self, rollout_id: str) -> None: ...
-
-    def pass_lease(self, name: str) -> tuple[str, float] | None:
-        """The holder and end of the lease item ``name``, if any."""
-        ...
-
-    def set_pass_lease(self, name: str, holder: str, until: float) -> None: ...
-
-    def drop_pass_lease(self, name: str) -> None: ...
-
-
-def _live(record: RolloutRecord | None, now: float) -> RolloutRecord | None:
-    return None if record is None or record.is_expired(now) else record
-
-
-class TransactionalStore(Store):
-    """The primitives written once, over a read-check-write transaction.
-
-        Subclasses provide :meth:`_transaction` (atomic against every other caller), :meth:`_due`
-    and :meth:`purge_expired`.
-        Each primitive is one synchronous function handed to :meth:`_run`, which runs it inline by
-        default: a back end that can block (SQLite's file locks) overrides it, so a unit that would
-        wait runs whole on a thread of its own and the event loop never waits on it. A unit may be
-        run again from its start there (a scan's purge, then its read), so each must be safe to
-        repeat: the purge and every move are.
-    """
-
-    async def _run(self, work: Callable[[], T]) -> T:
-        """Run ``work`` (one whole transaction) and return its result; inline here."""
-        return work()
-
-    @abc.abstractmethod
-    def _transaction(self) -> AbstractContextManager[Transaction]:
-        """An exclusive transaction; committed on normal exit, rolled back on an exception."""
-
-    @abc.abstractmethod
-    def purge_expired(self, now: float) -> int:
-        """Delete records whose TTL has passed (DynamoDB's TTL does this on AWS); how many."""
-
-    @abc.abstractmethod
-    def _due(self, until: float, limit: int, after: DueCursor | None) -> DuePage:
-        """The due index's page (its cursor: the last entry's ``(due_at, rollout_id)``)."""
-
-    async def create(
-        self, record: RolloutRecord, *, now: float, slot_expires_at: int | None = None
-    ) -> CreateResult:
-        # The slot is the record's own column here: it lives exactly as long as the record.
-        return await self._run(functools.partial(self._create, self.admitted(record), now))
-
-    async def get(self, rollout_id: str, *, now: float) -> RolloutRecord | None:
-        return await self._run(functools.partial(self._get, rollout_id, now))
-
-    async def _apply(
-        self, rollout_id: str, guard: Guard, update: Update, *, now: float
-    ) -> TransitionResult:
-        return await self._run(functools.partial(self._update, rollout_id, guard, update, now))
-
-    async def release(self, rollout_id: str, *, slot: str, now: float) -> bool:
-        return await self._run(functools.partial(self._release, rollout_id, slot, now))
-
-    async def due(
-        self,
-        *,
-        now: float,
-        until: float | None = None,
-        limit: int = 100,
-        after: DueCursor | None = None,
-    ) -> DuePage:
-        bound = now if until is None else until
-        return await self._run(functools.partial(self._due_live, now, bound, limit, after))
-
-    async def acquire_pass(self, name: str, *, holder: str, until: float, now: float) -> bool:
-        return await self._run(functools.partial(self._acquire_pass, name, holder, until, now))
-
-    async def release_pass(self, name: str, *, holder: str) -> None:
-        await self._run(functools.partial(self._release_pass, name, holder))
-
-    # ------------------------------------------------------------------ the transactions
-
-    def _create(self, record: RolloutRecord, now: float) -> CreateResult:
-        with self._transaction() as txn:
-            holder = _live(txn.by_slot(record.slot), now)
-            if holder is not None:
-                return CreateResult(False, holder, "slot")
-            holder = _live(txn.by_id(record.rollout_id), now)
-            if holder is not None:
-                return CreateResult(False, holder, "rollout_id")
-            stale = txn.by_slot(record.slot)
-            if stale is not None:  # expired: a claim may take it over
-                txn.delete(stale.rollout_id)
-            txn.put(record)
-            return CreateResult(True, record)
-
-    def _get(self, rollout_id: str, now: float) -> RolloutRecord | None:
-        with self._transaction() as txn:
-            return _live(txn.by_id(rollout_id), now)
-
-    def _update(
-        self, rollout_id: str, guard: Guard, update: Update, now: float
-    ) -> TransitionResult:
-        with self._transaction() as txn:
-            current = _live(txn.by_id(rollout_id), now)
-            if current is None or not guard.admits(current):
-                return TransitionResult(False, current)
-            updated = update.applied_to(current)
-            txn.put(updated)
-            return TransitionResult(True, updated)
-
-    def _release(self, rollout_id: str, slot: str, now: float) -> bool:
-        with self._transaction() as txn:
-            current = _live(txn.by_id(rollout_id), now)
-            if (
-                current is None
-                or current.slot != slot
-                or current.state != RecordState.ACCEPTED
-                or current.handoffs
-            ):
-                return False
-            txn.delete(rollout_id)
-            return True
-
-    def _due_live(self, now: float, until: float, limit: int, after: DueCursor | None) -> DuePage:
-        # A listing's first page runs on the re-drive's timer: the place to drop expired
-        # records, so a long-lived local server does not grow without bound.
-        if after is None:
-            self.purge_expired(now)
-        return self._due(until, limit, after)
-
-    def _acquire_pass(self, name: str, holder: str, until: float, now: float) -> bool:
-        with self._transaction() as txn:
-            current = txn.pass_lease(name)
-            if current is not None and current[0] != holder and current[1] > now:
-                return False
-            txn.set_pass_lease(name, holder, until)
-            return True
-
-    def _release_pass(self, name: str, holder: str) -> None:
-        with self._transaction() as txn:
-            current = txn.pass_lease(name)
-            if current is not None and current[0] == holder:
-                txn.drop_pass_lease(name)

@@ -25,29 +25,32 @@ zlib-compressed (Binary). A value still over ``inline_limit`` bytes (100 KB) com
 (``bucket``) under a content-addressed key, and the item keeps the key, so the three together never
 push an item past DynamoDB's 400 KB; without a bucket such a value is refused, saying so.
 
-Nothing above this module sees botocore: ``ClientError`` and ``BotoCoreError`` become StoreError,
-except at create when DynamoDB refuses the record for its size (a key over 2,048 bytes, the item
-over 400 KB) or a value needs the bucket that is not configured: that is the init's content,
-which a retry cannot change, and it becomes RecordTooLarge (413), not a StoreError (503).
+How values become attributes is :mod:`rollout_sdk.store.dynamodb_codec`'s. Nothing above this
+module sees botocore: every call goes through :mod:`rollout_sdk.store.dynamodb_errors`, the one
+translation of ``ClientError`` and ``BotoCoreError`` (StoreError, except at create when DynamoDB
+refuses the record for its size or a value needs the bucket that is not configured: that is the
+init's content, which a retry cannot change, and it becomes RecordTooLarge, 413, not a
+StoreError, 503). The one-off backfill of the due index is a maintenance command of its own,
+:mod:`rollout_sdk.store.dynamodb_backfill`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
+import contextlib
 import hashlib
-import json
 import math
-import re
-import zlib
 from collections.abc import Callable, Mapping
-from decimal import Decimal
-from typing import TYPE_CHECKING, Any, cast, get_type_hints
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
-from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
-from botocore.exceptions import BotoCoreError, ClientError
-
-from rollout_sdk.errors import RecordTooLarge, ScanDenied, StoreError
+from rollout_sdk.errors import (
+    ConditionFailed,
+    RecordTooLarge,
+    StoreError,
+    TransactionCancelled,
+    ValueTooLarge,
+)
 from rollout_sdk.store.base import (
     CreateResult,
     DueCursor,
@@ -57,6 +60,8 @@ from rollout_sdk.store.base import (
     TransitionResult,
     Update,
 )
+from rollout_sdk.store.dynamodb_codec import ValueCodec, attr
+from rollout_sdk.store.dynamodb_errors import translated
 from rollout_sdk.store.record import RecordState, RolloutRecord
 
 if TYPE_CHECKING:
@@ -86,46 +91,6 @@ DUE_SHARDS = 8
 #: most 100 KB each leave room for the other attributes; larger ones go to S3.
 DEFAULT_INLINE_LIMIT = 100 * 1024
 
-# The attribute codec follows the record's fields: each is stored under its own name, as
-# boto3's TypeSerializer types its value (S, N, BOOL), except for these two kinds.
-#: Compressed (Binary), or in S3 when too large.
-_BLOBS = frozenset({"request", "response", "init_response"})
-#: A JSON string, as tables written so far hold it (a native map would read back differently).
-_JSON_TEXT = frozenset({"extra"})
-#: Numbers that read back as int (TypeDeserializer gives Decimal); the others read back as float.
-_INTEGRAL = frozenset(name for name, hint in get_type_hints(RolloutRecord).items() if hint is int)
-
-#: What DynamoDB says when a key or an item is over its size limit, as a ValidationException
-#: ("Item size has exceeded the maximum allowed size", "One or more parameter values were invalid:
-#: Size of hashkey has exceeded the maximum size limit of2048 bytes") or as a cancelled
-#: transaction's ValidationError reason (its item-size refusals). Other validation errors (a
-#: table whose key schema is not the kit's, say) are the deployment's, and stay StoreError.
-_SIZE_REFUSAL = re.compile(r"\bsize\b.*\bexceeded\b", re.IGNORECASE | re.DOTALL)
-
-
-class _NoRoom(StoreError):
-    """A value over the inline limit and no bucket to put it in (RecordTooLarge at create)."""
-
-
-def _size_refusal(code: object, message: object) -> str | None:
-    """DynamoDB's message when an error (``code``, ``message``) refuses a key or item size."""
-    if code in ("ValidationException", "ValidationError") and isinstance(message, str):
-        return message if _SIZE_REFUSAL.search(message) else None
-    return None
-
-
-_serializer = TypeSerializer()
-_deserializer = TypeDeserializer()
-
-
-def _attr(value: str | float | bool) -> dict[str, Any]:
-    """A scalar as a DynamoDB attribute value. Floats go through their shortest repr, so they
-    read back exactly (TypeSerializer refuses floats)."""
-    scalar: Any = value.value if isinstance(value, enum.Enum) else value
-    if isinstance(scalar, float):
-        scalar = Decimal(repr(scalar))
-    return dict(_serializer.serialize(scalar))
-
 
 class DynamoDBStore(Store):
     """The ``Store`` port over one DynamoDB table (and, for large values, one S3 bucket).
@@ -146,86 +111,20 @@ class DynamoDBStore(Store):
         self.table_name = table_name
         self.owner = owner
         self._ddb = client
-        # A callable builds the S3 client on first use: most rollouts never need it, and a
-        # client costs tens of milliseconds of a cold start.
-        self._s3_source = s3
-        self._s3_client: S3Client | None = None
-        self._bucket = bucket
-        self._inline_limit = inline_limit
-
-    # ------------------------------------------------------------------ plumbing
-
-    def _fail(self, action: str, exc: Exception) -> StoreError:
-        if isinstance(exc, ClientError):
-            error = exc.response.get("Error", {})
-            detail = f"{error.get('Code', 'ClientError')}: {error.get('Message', '')}"
-        else:
-            detail = f"{type(exc).__name__}: {exc}"
-        return StoreError(f"DynamoDB {action} on table {self.table_name!r} failed: {detail}")
+        self._codec = ValueCodec(s3=s3, bucket=bucket, inline_limit=inline_limit)
 
     @property
-    def _s3(self) -> S3Client | None:
-        if self._s3_client is None and self._s3_source is not None:
-            source = self._s3_source
-            self._s3_client = source() if callable(source) else source
-        return self._s3_client
+    def client(self) -> DynamoDBClient:
+        """The boto3 DynamoDB client (the maintenance commands' way to the table)."""
+        return self._ddb
 
-    # ------------------------------------------------------------------ codec
+    def _calling(self, action: str, **options: Any) -> AbstractContextManager[None]:
+        """A DynamoDB call of ``action``, its failures translated (:mod:`.dynamodb_errors`)."""
+        return translated(action, self.table_name, **options)
 
-    def _pack_blob(self, rollout_id: str, name: str, value: Mapping[str, Any]) -> dict[str, Any]:
-        raw = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
-        packed = zlib.compress(raw, 6)
-        if len(packed) <= self._inline_limit:
-            return {"B": packed}
-        if self._s3 is None or not self._bucket:
-            raise _NoRoom(
-                f"the {name} of rollout {rollout_id!r} is {len(packed)} bytes compressed, over the "
-                f"{self._inline_limit}-byte inline limit of a DynamoDB item, and no S3 bucket is "
-                "configured for large values (PAYLOAD_BUCKET)"
-            )
-        # Content-addressed, so a losing create (a 409) can never overwrite the winner's object.
-        key = f"{name}/{hashlib.sha256(rollout_id.encode()).hexdigest()[:16]}/{hashlib.sha256(packed).hexdigest()}"
-        try:
-            self._s3.put_object(Bucket=self._bucket, Key=key, Body=packed)
-        except (ClientError, BotoCoreError) as exc:
-            raise StoreError(f"S3 put of {key} in {self._bucket!r} failed: {exc}") from exc
-        return {"M": {"s3_key": {"S": key}}}
+    # ------------------------------------------------------------------ items
 
-    def _unpack_blob(self, attr: Mapping[str, Any]) -> dict[str, Any]:
-        if "B" in attr:
-            packed = bytes(attr["B"])
-        else:
-            key = attr["M"]["s3_key"]["S"]
-            if self._s3 is None or not self._bucket:
-                raise StoreError(f"record points at S3 object {key} but no bucket is configured")
-            try:
-                packed = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"].read()
-            except (ClientError, BotoCoreError) as exc:
-                raise StoreError(f"S3 get of {key} in {self._bucket!r} failed: {exc}") from exc
-        value: dict[str, Any] = json.loads(zlib.decompress(packed))
-        return value
-
-    def _encode(self, rollout_id: str, name: str, value: Any) -> dict[str, Any] | None:
-        """One record field as an attribute value; None means REMOVE (absent reads as None)."""
-        if value is None:
-            return None
-        if name in _BLOBS:
-            return self._pack_blob(rollout_id, name, value)
-        if name in _JSON_TEXT:
-            return _attr(json.dumps(value, separators=(",", ":")))
-        return _attr(value)
-
-    def _decode(self, name: str, attr: Mapping[str, Any]) -> Any:
-        if name in _BLOBS:
-            return self._unpack_blob(attr)
-        value = _deserializer.deserialize(attr)  # type: ignore[arg-type]
-        if name in _JSON_TEXT:
-            return json.loads(value)
-        if isinstance(value, Decimal):
-            return int(value) if name in _INTEGRAL else float(value)
-        return value
-
-    def _due_by(self, rollout_id: str) -> str:
+    def due_partition(self, rollout_id: str) -> str:
         """The due index partition of ``rollout_id``'s record."""
         if self.owner is not None:
             return f"server#{self.owner}"
@@ -238,20 +137,14 @@ class DynamoDBStore(Store):
         return [f"redrive#{shard}" for shard in range(DUE_SHARDS)]
 
     def _to_item(self, record: RolloutRecord) -> dict[str, Any]:
-        item: dict[str, Any] = {
+        return {
             "pk": {"S": ROLLOUT_PREFIX + record.rollout_id},
-            DUE_PARTITION: {"S": self._due_by(record.rollout_id)},
+            DUE_PARTITION: {"S": self.due_partition(record.rollout_id)},
+            **self._codec.attributes(record),
         }
-        for name, value in record.to_dict().items():
-            encoded = self._encode(record.rollout_id, name, value)
-            if encoded is not None:
-                item[name] = encoded
-        return item
 
     def _from_item(self, item: Mapping[str, Any]) -> RolloutRecord:
-        fields = RolloutRecord.__dataclass_fields__
-        data = {name: self._decode(name, attr) for name, attr in item.items() if name in fields}
-        return RolloutRecord.from_dict(data)
+        return self._codec.record(item)
 
     def _live(self, item: Mapping[str, Any] | None, now: float) -> RolloutRecord | None:
         if not item or float(item.get(TTL_ATTRIBUTE, {}).get("N", "0")) <= now:
@@ -292,12 +185,6 @@ class DynamoDBStore(Store):
         bound = now if until is None else until
         return await asyncio.to_thread(self._due, bound, limit, after)
 
-    async def backfill_due_index(self) -> int:
-        """Put the parked responses of a table written before the due index into it (once,
-        after upgrading a stack; the only Scan the kit makes). Returns how many; ScanDenied
-        when the role may not scan (template.yaml grants it only with BackfillDueIndex=true)."""
-        return await asyncio.to_thread(self._backfill)
-
     async def acquire_pass(self, name: str, *, holder: str, until: float, now: float) -> bool:
         return await asyncio.to_thread(self._acquire_pass, name, holder, until, now)
 
@@ -309,22 +196,15 @@ class DynamoDBStore(Store):
 
     # ------------------------------------------------------------------ synchronous bodies
 
-    def _too_large(self, record: RolloutRecord, message: str) -> RecordTooLarge:
-        return RecordTooLarge(
-            f"DynamoDB refused the record of rollout {record.rollout_id[:64]!r} for its size "
-            f"({message}); a key (rollout_id, idempotency_key) fits in 2,048 bytes with the kit's "
-            "prefix and an item in 400 KB, so this init cannot be stored as it is"
-        )
-
     def _create(self, record: RolloutRecord, now: float, slot_until: int) -> CreateResult:
         try:
             item = self._to_item(record)  # encoded once: a large value goes to S3 once
-        except _NoRoom as exc:
+        except ValueTooLarge as exc:
             raise RecordTooLarge(str(exc)) from exc
         stale_holder: str | None = None
         while True:
             free = f"attribute_not_exists(pk) OR {TTL_ATTRIBUTE} <= :now"
-            values: dict[str, Any] = {":now": _attr(now)}
+            values: dict[str, Any] = {":now": attr(now)}
             slot_free, slot_values = free, dict(values)
             if stale_holder is not None:
                 # The slot names a rollout whose record is gone: take it over, unless someone
@@ -334,29 +214,18 @@ class DynamoDBStore(Store):
             slot_item = {
                 "pk": {"S": SLOT_PREFIX + record.slot},
                 "rollout_id": {"S": record.rollout_id},
-                TTL_ATTRIBUTE: _attr(slot_until),
+                TTL_ATTRIBUTE: attr(slot_until),
             }
             puts = [
                 self._put_if(slot_item, slot_free, slot_values),
                 self._put_if(item, free, values),
             ]
             try:
-                self._ddb.transact_write_items(TransactItems=puts)
+                with self._calling("create", creating=record):
+                    self._ddb.transact_write_items(TransactItems=puts)
                 return CreateResult(True, record)
-            except ClientError as exc:
-                error = exc.response.get("Error", {})
-                refusal = _size_refusal(error.get("Code"), error.get("Message"))
-                if refusal is not None:
-                    raise self._too_large(record, refusal) from exc
-                if error.get("Code") != "TransactionCanceledException":
-                    raise self._fail("create", exc) from exc
-                reasons = cast("list[Any]", exc.response.get("CancellationReasons") or [])
-                for reason in reasons:
-                    refusal = _size_refusal(reason.get("Code"), reason.get("Message"))
-                    if refusal is not None:
-                        raise self._too_large(record, refusal) from exc
-            except BotoCoreError as exc:
-                raise self._fail("create", exc) from exc
+            except TransactionCancelled as cancelled:
+                reasons = cancelled.reasons
             outcome = self._resolve_conflict(record, reasons, now)
             if isinstance(outcome, CreateResult):
                 return outcome
@@ -409,43 +278,41 @@ class DynamoDBStore(Store):
         )
 
     def _get(self, rollout_id: str, now: float) -> RolloutRecord | None:
-        try:
+        with self._calling("get"):
             answer = self._ddb.get_item(
                 TableName=self.table_name,
                 Key={"pk": {"S": ROLLOUT_PREFIX + rollout_id}},
                 ConsistentRead=True,
             )
-        except (ClientError, BotoCoreError) as exc:
-            raise self._fail("get", exc) from exc
         return self._live(answer.get("Item"), now)
 
     def _update(
         self, rollout_id: str, guard: Guard, update: Update, now: float
     ) -> TransitionResult:
         names: dict[str, str] = {"#state": "state", "#exp": TTL_ATTRIBUTE}
-        values: dict[str, Any] = {":now": _attr(now)}
+        values: dict[str, Any] = {":now": attr(now)}
         state_marks = []
         for index, state in enumerate(guard.states):
-            values[f":s{index}"] = _attr(state)
+            values[f":s{index}"] = attr(state)
             state_marks.append(f":s{index}")
         condition = f"#state IN ({', '.join(state_marks)}) AND #exp > :now"
         if guard.attempt is not None:
             names["#attempt"] = "attempt"
-            values[":attempt"] = _attr(guard.attempt)
+            values[":attempt"] = attr(guard.attempt)
             condition += " AND #attempt = :attempt"
         if guard.lease_free_at is not None:
             names["#lease"] = "lease_until"
-            values[":lease_free"] = _attr(guard.lease_free_at)
+            values[":lease_free"] = attr(guard.lease_free_at)
             condition += " AND (attribute_not_exists(#lease) OR #lease < :lease_free)"
         if guard.due_by is not None:
             names["#due"] = DUE_SORT
-            values[":due_by"] = _attr(guard.due_by)
+            values[":due_by"] = attr(guard.due_by)
             condition += " AND #due <= :due_by"
         sets, removes = [], []
         changes = update.changes()
         for index, (name, value) in enumerate(changes.items()):
             names[f"#f{index}"] = name
-            encoded = self._encode(rollout_id, name, value)
+            encoded = self._codec.encode(rollout_id, name, value)
             if encoded is None:
                 removes.append(f"#f{index}")
             else:
@@ -454,7 +321,7 @@ class DynamoDBStore(Store):
         if changes.get("due_at") is not None:
             # Records written before the due index have no partition: give them one.
             names["#dueby"] = DUE_PARTITION
-            values[":dueby"] = {"S": self._due_by(rollout_id)}
+            values[":dueby"] = {"S": self.due_partition(rollout_id)}
             sets.append("#dueby = if_not_exists(#dueby, :dueby)")
         expression = ""
         if sets:
@@ -462,23 +329,19 @@ class DynamoDBStore(Store):
         if removes:
             expression += " REMOVE " + ", ".join(removes)
         try:
-            answer = self._ddb.update_item(
-                TableName=self.table_name,
-                Key={"pk": {"S": ROLLOUT_PREFIX + rollout_id}},
-                UpdateExpression=expression.strip(),
-                ConditionExpression=condition,
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-                ReturnValues="ALL_NEW",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                old = cast("Mapping[str, Any] | None", exc.response.get("Item"))
-                return TransitionResult(False, self._live(old, now))
-            raise self._fail("update", exc) from exc
-        except BotoCoreError as exc:
-            raise self._fail("update", exc) from exc
+            with self._calling("update"):
+                answer = self._ddb.update_item(
+                    TableName=self.table_name,
+                    Key={"pk": {"S": ROLLOUT_PREFIX + rollout_id}},
+                    UpdateExpression=expression.strip(),
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues=values,
+                    ReturnValues="ALL_NEW",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+        except ConditionFailed as failed:
+            return TransitionResult(False, self._live(failed.item, now))
         return TransitionResult(True, self._from_item(answer["Attributes"]))
 
     def _release(self, rollout_id: str, slot: str, now: float) -> bool:
@@ -492,10 +355,10 @@ class DynamoDBStore(Store):
                 ),
                 "ExpressionAttributeNames": {"#state": "state"},
                 "ExpressionAttributeValues": {
-                    ":accepted": _attr(RecordState.ACCEPTED),
-                    ":slot": _attr(slot),
-                    ":now": _attr(now),
-                    ":zero": _attr(0),
+                    ":accepted": attr(RecordState.ACCEPTED),
+                    ":slot": attr(slot),
+                    ":now": attr(now),
+                    ":zero": attr(0),
                 },
             }
         }
@@ -508,13 +371,10 @@ class DynamoDBStore(Store):
             }
         }
         try:
-            self._ddb.transact_write_items(TransactItems=[record_delete, slot_delete])  # type: ignore[list-item]
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "TransactionCanceledException":
-                return False
-            raise self._fail("release", exc) from exc
-        except BotoCoreError as exc:
-            raise self._fail("release", exc) from exc
+            with self._calling("release"):
+                self._ddb.transact_write_items(TransactItems=[record_delete, slot_delete])  # type: ignore[list-item]
+        except TransactionCancelled:
+            return False
         return True
 
     def _due(self, until: float, limit: int, after: DueCursor | None) -> DuePage:
@@ -533,13 +393,11 @@ class DynamoDBStore(Store):
             if math.isfinite(until):
                 kwargs["KeyConditionExpression"] += " AND #at <= :until"
                 kwargs["ExpressionAttributeNames"]["#at"] = DUE_SORT
-                kwargs["ExpressionAttributeValues"][":until"] = _attr(until)
+                kwargs["ExpressionAttributeValues"][":until"] = attr(until)
             if start is not None:
                 kwargs["ExclusiveStartKey"] = start
-            try:
+            with self._calling("query of the due index"):
                 page = self._ddb.query(**kwargs)
-            except (ClientError, BotoCoreError) as exc:
-                raise self._fail("query of the due index", exc) from exc
             ids.extend(
                 item["pk"]["S"].removeprefix(ROLLOUT_PREFIX)
                 for item in page.get("Items", [])
@@ -551,94 +409,31 @@ class DynamoDBStore(Store):
         more = shard < len(partitions)
         return DuePage(ids, (shard, start) if more else None)
 
-    def _backfill(self) -> int:
-        kwargs: dict[str, Any] = {
-            "TableName": self.table_name,
-            "FilterExpression": (
-                "begins_with(pk, :prefix) AND #state = :finished"
-                " AND attribute_exists(next_attempt_at) AND attribute_not_exists(#at)"
-            ),
-            "ExpressionAttributeNames": {"#state": "state", "#at": DUE_SORT},
-            "ExpressionAttributeValues": {
-                ":prefix": {"S": ROLLOUT_PREFIX},
-                ":finished": _attr(RecordState.FINISHED),
-            },
-            "ProjectionExpression": "pk, next_attempt_at",
-        }
-        moved = 0
-        try:
-            while True:
-                try:
-                    page = self._ddb.scan(**kwargs)
-                except ClientError as exc:
-                    if exc.response.get("Error", {}).get("Code") != "AccessDeniedException":
-                        raise
-                    failure = self._fail("backfill of the due index (Scan)", exc)
-                    raise ScanDenied(str(failure)) from exc
-                for item in page.get("Items", []):
-                    rollout_id = item["pk"]["S"].removeprefix(ROLLOUT_PREFIX)
-                    try:
-                        self._ddb.update_item(
-                            TableName=self.table_name,
-                            Key={"pk": item["pk"]},
-                            UpdateExpression="SET #at = :due, #by = if_not_exists(#by, :by)",
-                            ConditionExpression="attribute_not_exists(#at) AND #state = :finished",
-                            ExpressionAttributeNames={
-                                "#at": DUE_SORT,
-                                "#by": DUE_PARTITION,
-                                "#state": "state",
-                            },
-                            ExpressionAttributeValues={
-                                ":due": item["next_attempt_at"],
-                                ":by": {"S": self._due_by(rollout_id)},
-                                ":finished": _attr(RecordState.FINISHED),
-                            },
-                        )
-                        moved += 1
-                    except ClientError as exc:
-                        code = exc.response.get("Error", {}).get("Code")
-                        if code != "ConditionalCheckFailedException":
-                            raise
-                last = page.get("LastEvaluatedKey")
-                if not last:
-                    return moved
-                kwargs["ExclusiveStartKey"] = last
-        except (ClientError, BotoCoreError) as exc:
-            raise self._fail("backfill of the due index", exc) from exc
-
     def _acquire_pass(self, name: str, holder: str, until: float, now: float) -> bool:
         try:
-            self._ddb.put_item(
-                TableName=self.table_name,
-                Item={
-                    "pk": {"S": PASS_PREFIX + name},
-                    "holder": {"S": holder},
-                    "until": _attr(until),
-                    # The table's TTL clears a lease item its holder never released.
-                    TTL_ATTRIBUTE: _attr(math.ceil(until) + 3600),
-                },
-                ConditionExpression="attribute_not_exists(pk) OR #until < :now OR holder = :me",
-                ExpressionAttributeNames={"#until": "until"},
-                ExpressionAttributeValues={":now": _attr(now), ":me": {"S": holder}},
-            )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                return False
-            raise self._fail("lease of the re-drive pass", exc) from exc
-        except BotoCoreError as exc:
-            raise self._fail("lease of the re-drive pass", exc) from exc
+            with self._calling("lease of the re-drive pass"):
+                self._ddb.put_item(
+                    TableName=self.table_name,
+                    Item={
+                        "pk": {"S": PASS_PREFIX + name},
+                        "holder": {"S": holder},
+                        "until": attr(until),
+                        # The table's TTL clears a lease item its holder never released.
+                        TTL_ATTRIBUTE: attr(math.ceil(until) + 3600),
+                    },
+                    ConditionExpression="attribute_not_exists(pk) OR #until < :now OR holder = :me",
+                    ExpressionAttributeNames={"#until": "until"},
+                    ExpressionAttributeValues={":now": attr(now), ":me": {"S": holder}},
+                )
+        except ConditionFailed:
+            return False
         return True
 
     def _release_pass(self, name: str, holder: str) -> None:
-        try:
+        with contextlib.suppress(ConditionFailed), self._calling("release of the re-drive pass"):
             self._ddb.delete_item(
                 TableName=self.table_name,
                 Key={"pk": {"S": PASS_PREFIX + name}},
                 ConditionExpression="holder = :me",
                 ExpressionAttributeValues={":me": {"S": holder}},
             )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-                raise self._fail("release of the re-drive pass", exc) from exc
-        except BotoCoreError as exc:
-            raise self._fail("release of the re-drive pass", exc) from exc

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from rollout_sdk.store.base import DueCursor, DuePage, TransactionalStore
+from rollout_sdk.store.base import DueCursor, DuePage
 from rollout_sdk.store.record import RolloutRecord
+from rollout_sdk.store.transactional import TransactionalStore
 
 
 @dataclass

@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from rollout_sdk.errors import StoreError
-from rollout_sdk.store.base import DueCursor, DuePage, TransactionalStore
+from rollout_sdk.store.base import DueCursor, DuePage
 from rollout_sdk.store.record import RecordState, RolloutRecord
+from rollout_sdk.store.transactional import TransactionalStore
 
 T = TypeVar("T")
 

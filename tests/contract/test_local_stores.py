@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from rollout_sdk.store.base import TransactionalStore
 from rollout_sdk.store.memory import MemoryStore
 from rollout_sdk.store.sqlite import SQLiteStore
+from rollout_sdk.store.transactional import TransactionalStore
 
 from .records import NOW, TTL, make_record
 

@@ -290,10 +290,18 @@ async def test_a_duplicates_hand_off_lease_bounds_hand_offs_and_is_due_when_it_e
 ) -> None:
     await store.create(make_record(), now=NOW)
     first = await store.mark_handoff(
-        "r-1", count=1, lease_until=NOW + 60, sealed_key=SEALED, now=NOW
+        "r-1", count=1, lease_until=NOW + 60, sealed_key=SEALED, now=NOW, watch=True
     )
     assert first.applied and first.record is not None
     assert (first.record.due_at, first.record.sealed_key) == (NOW + 60, SEALED)
+    # Untold, a hand-off lease is not watched, sealed key or not: every move that takes a lease
+    # has one default (the engine's one rule, Leases.watches, tells each).
+    await store.create(make_record("untold"), now=NOW)
+    untold = await store.mark_handoff(
+        "untold", count=1, lease_until=NOW + 60, sealed_key=SEALED, now=NOW
+    )
+    assert untold.applied and untold.record is not None
+    assert (untold.record.due_at, untold.record.sealed_key) == (None, SEALED)
     # A second hand-off within the lease is refused: at most one extra per lease.
     again = await store.mark_handoff("r-1", count=2, lease_until=NOW + 90, now=NOW + 30)
     assert (again.applied, again.record) == (False, first.record)
@@ -303,7 +311,9 @@ async def test_a_duplicates_hand_off_lease_bounds_hand_offs_and_is_due_when_it_e
     assert done.record is not None and done.record.due_at is None
     assert done.record.lease_until == NOW + 60
     assert await _listed(store, now=NOW + 500) == []
-    later = await store.mark_handoff("r-1", count=2, lease_until=NOW + 200, now=NOW + 61)
+    later = await store.mark_handoff(
+        "r-1", count=2, lease_until=NOW + 200, now=NOW + 61, watch=True
+    )
     assert later.applied and later.record is not None and later.record.handoffs == 2
     # The claim takes it out of the index and the hand-off lease over.
     claimed = await store.claim(

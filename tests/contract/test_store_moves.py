@@ -187,7 +187,7 @@ MOVES = [
         "mark_handoff",
         (RecordState.ACCEPTED,),
         lambda s, r, a, now: s.mark_handoff(
-            r.rollout_id, count=r.handoffs + 1, lease_until=now + 60, now=now
+            r.rollout_id, count=r.handoffs + 1, lease_until=now + 60, now=now, watch=True
         ),
         lambda before, now: before.evolve(
             handoffs=before.handoffs + 1, lease_until=now + 60, due_at=now + 60, updated_at=now

@@ -25,12 +25,13 @@ def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None
     if isinstance(event, dict) and event.get("backfill_due_index") is True:
         # Once, by hand, after upgrading a stack deployed before the due index (docs/aws.md).
         from rollout_sdk.store.dynamodb import DynamoDBStore
+        from rollout_sdk.store.dynamodb_backfill import backfill_due_index
 
         store = runtime.store
         if not isinstance(store, DynamoDBStore):  # pragma: no cover - the Lambda store
             return {"status": "rejected", "error": "the store has no due index to backfill"}
         try:
-            return {"status": "done", "backfilled": runtime.run(store.backfill_due_index())}
+            return {"status": "done", "backfilled": runtime.run(backfill_due_index(store))}
         except ScanDenied as exc:
             # template.yaml grants the Scan only while its parameter asks for it.
             return {"status": "rejected", "error": SCAN_NOT_GRANTED.format(cause=exc)}
