@@ -52,7 +52,7 @@ from bench.common import (
     peak_rss,
     steady_window,
 )
-from rollout_sdk.local.progress import percentile
+from rollout_sdk.local.report import percentile
 from rollout_sdk.testing.standin import TrainGateStandIn
 from rollout_sdk.testing.threads import ServerThread
 from rollout_sdk.traingate.client import CHAT_PATH, COMPLETED_PATH

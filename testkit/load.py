@@ -19,7 +19,8 @@ from typing import TextIO
 
 import httpx
 
-from rollout_sdk.local.progress import Progress, percentile
+from rollout_sdk.local.progress import Progress
+from rollout_sdk.local.report import percentile
 from rollout_sdk.testing.standin import TrainGateStandIn
 from rollout_sdk.testing.threads import ServerThread
 from testkit.bodies import calculator_body, make_questions

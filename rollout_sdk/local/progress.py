@@ -1,23 +1,13 @@
 """What a run shows as it goes (``rollout-sdk demo`` and ``rollout-sdk test`` both): a bar on a
-terminal, a line per finished rollout otherwise; and the percentiles of its summary."""
+terminal, a line per finished rollout otherwise."""
 
 from __future__ import annotations
 
-import math
 import sys
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
     from rollout_sdk.local.report import RowOutcome
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The ``q``-th percentile (0-100) by nearest rank; NaN for no values."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]
 
 
 class Progress:

@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollout_sdk.local.progress import percentile
-
 #: How the summary counts a failed rollout that carries no failure category.
 UNCATEGORIZED = "uncategorized"
 #: The status of a rollout whose final response never came (within the run's wait).
@@ -22,6 +20,15 @@ MISSING = "missing"
 REFUSED = "refused"
 #: Failed rollouts the summary names one by one (the ``-o`` file has them all).
 SHOWN_FAILURES = 10
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) by nearest rank; NaN for no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
 
 
 def fail(command: str, message: str, code: int = 1) -> int:
