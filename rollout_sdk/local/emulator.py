@@ -293,8 +293,12 @@ def _published_alias(lam: Any, function: str, template: dict[str, Any]) -> str |
 def _ensure_table(ddb: Any, template: dict[str, Any], table: str, *, ttl_optional: bool) -> None:
     """Create the template's rollout table (with TTL) named ``table``, if it is missing;
     ``ttl_optional``: an endpoint with no TTL is tolerated (reads ignore expired records)."""
-    if table in ddb.list_tables()["TableNames"]:
+    # Asked by name: list_tables answers 100 names a page, and an endpoint may hold more.
+    try:
+        ddb.describe_table(TableName=table)
         return
+    except ddb.exceptions.ResourceNotFoundException:
+        pass
     ddb.create_table(**table_definition(template, table))
     try:
         ddb.update_time_to_live(

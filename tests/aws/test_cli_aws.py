@@ -100,8 +100,11 @@ def test_serve_on_a_given_endpoint_creates_only_the_table(
     with server:
         assert httpx.get(f"{server.url}/health", timeout=5).json()["agent_loop"] == "calculator"
     session = boto3.session.Session(region_name="us-east-1")
-    tables = session.client("dynamodb", endpoint_url=moto_endpoint).list_tables()["TableNames"]
-    assert "rollout-sdk-local-rollouts" in tables
+    # By name: a shared emulator may hold more tables than one list_tables page (100).
+    described = session.client("dynamodb", endpoint_url=moto_endpoint).describe_table(
+        TableName="rollout-sdk-local-rollouts"
+    )
+    assert described["Table"]["TableStatus"] == "ACTIVE"
     functions = session.client("lambda", endpoint_url=moto_endpoint).list_functions()["Functions"]
     assert not [f for f in functions if f["FunctionName"].startswith("rollout-sdk-local")]
     buckets = session.client("s3", endpoint_url=moto_endpoint).list_buckets()["Buckets"]
