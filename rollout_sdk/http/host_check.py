@@ -22,6 +22,9 @@ from rollout_sdk.errors import MisdirectedRequest
 from rollout_sdk.hosts import AllowedHost
 from rollout_sdk.http.problems import send_problem
 
+#: Host header values whose verdict is kept (see HostCheckMiddleware.admits).
+_SEEN_MAX = 256
+
 #: The names every loopback server answers to, whatever address it is bound to.
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
@@ -44,6 +47,7 @@ class HostCheckMiddleware:
         self.allowed = tuple(AllowedHost.parse(entry) for entry in allowed)
         if not self.allowed:
             raise ValueError("HostCheckMiddleware needs at least one allowed host")
+        self._seen: dict[bytes, bool] = {}
         self._shown = ", ".join(
             f"{h.host}:{h.port}" if h.port is not None else h.host for h in self.allowed
         )
@@ -52,6 +56,17 @@ class HostCheckMiddleware:
         """Whether a Host header's value names an allowed host (and port)."""
         if not raw:
             return False
+        # Every request asks: a client sends the same one or two values, so each is parsed once
+        # (the table is bounded, so a client sending many values cannot grow it).
+        known = self._seen.get(raw)
+        if known is None:
+            known = self._judge(raw)
+            if len(self._seen) >= _SEEN_MAX:
+                self._seen.clear()
+            self._seen[raw] = known
+        return known
+
+    def _judge(self, raw: bytes) -> bool:
         try:
             named = AllowedHost.parse(raw.decode("ascii"))
         except (UnicodeDecodeError, ValueError):

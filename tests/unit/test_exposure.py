@@ -125,3 +125,14 @@ def test_the_host_check_admits_only_named_hosts(header: bytes | None, admitted: 
 def test_the_host_check_needs_a_name() -> None:
     with pytest.raises(ValueError, match="at least one"):
         HostCheckMiddleware(_app, allowed=())
+
+
+def test_the_host_check_keeps_each_verdict_and_stays_bounded() -> None:
+    check = HostCheckMiddleware(_app, allowed=("localhost",))
+    for _ in range(2):  # the second round answers from what the first decided
+        assert check.admits(b"localhost:9000") is True
+        assert check.admits(b"rebind.attacker.example") is False
+    for n in range(1000):
+        assert check.admits(f"h{n}.attacker.example".encode()) is False
+    assert len(check._seen) <= 256
+    assert check.admits(b"localhost:9000") is True
