@@ -22,10 +22,12 @@ from testkit.scenarios.base import (
     Row,
     Say,
     Scale,
+    blocking,
     delivery,
     quiet,
     spread,
     tally,
+    tally_field,
 )
 from testkit.scenarios.waits import (
     past_turn,
@@ -35,7 +37,9 @@ from testkit.scenarios.waits import (
 )
 
 
-async def _cancel(rig: LocalRig, scale: Scale, say: Say) -> list[Row]:
+@blocking
+async def run_cancel(rig: LocalRig, scale: Scale, say: Say = quiet) -> list[Row]:
+    """Cancel running, queued and finished rollouts (needs the control rig's small limits)."""
     running_row = Row(
         "local: cancel a running rollout (POST /v1/rollout/{id}/cancel)",
         'stops before its next turn; reported once, ERROR "cancelled", category cancelled',
@@ -107,9 +111,7 @@ async def _cancel(rig: LocalRig, scale: Scale, say: Say) -> list[Row]:
     for index, rid in enumerate(running_ids):
         turns_after[index] += rig.standin.chat_count(rid)
     for ids, row in ((running_ids, running_row), (queued_ids, queued_row)):
-        items = [delivery(rig.standin, rid) for rid in ids]
-        row.count(items)
-        for item in items:
+        for item in row.count_rollouts(rig.standin, ids):
             body = item.body or {}
             row.check(
                 (body.get("status"), body.get("finish_reason")) == ("ERROR", "cancelled"),
@@ -151,12 +153,9 @@ async def _cancel(rig: LocalRig, scale: Scale, say: Say) -> list[Row]:
     return [running_row, queued_row, finished_row]
 
 
-def run_cancel(rig: LocalRig, scale: Scale, say: Say = quiet) -> list[Row]:
-    """Cancel running, queued and finished rollouts (needs the control rig's small limits)."""
-    return asyncio.run(_cancel(rig, scale, say))
-
-
-async def _backpressure(rig: LocalRig, scale: Scale, say: Say) -> Row:
+@blocking
+async def run_backpressure(rig: LocalRig, scale: Scale, say: Say = quiet) -> Row:
+    """More inits at once than the control rig holds; the driver honours Retry-After."""
     limit = scale.control_running + scale.control_queued
     row = Row(
         f"local: {scale.backpressure} inits at once past the limits "
@@ -214,10 +213,8 @@ async def _backpressure(rig: LocalRig, scale: Scale, say: Say) -> Row:
             await asyncio.gather(sampler, return_exceptions=True)
         records = await wait_terminal(client, ids, within=10)
         await asyncio.sleep(1.5)
-    items = [delivery(rig.standin, rid) for rid in ids]
-    row.count(items)
-    for item in items:
-        row.check(item.attempts == 1 and item.runs == 1, f"{item.describe()}: not once")
+    for item in row.count_rollouts(rig.standin, ids):
+        row.check_once(item)
         row.check(
             (item.body or {}).get("status") == "COMPLETED", f"{item.rollout_id}: not COMPLETED"
         )
@@ -228,13 +225,7 @@ async def _backpressure(rig: LocalRig, scale: Scale, say: Say) -> Row:
         f"{refusals} x 429 (Retry-After {tally(retry_afters)} s), {stored} stored; peak held "
         f"{peak} <= {limit}; {row.reported}/{len(ids)} COMPLETED after retries"
     )
-    say(f"   {row.measured}")
-    return row
-
-
-def run_backpressure(rig: LocalRig, scale: Scale, say: Say = quiet) -> Row:
-    """More inits at once than the control rig holds; the driver honours Retry-After."""
-    return asyncio.run(_backpressure(rig, scale, say))
+    return row.shown(say)
 
 
 def check_last_turn(row: Row, rollout_id: str, body: dict[str, Any], chat: Sequence[Call]) -> bool:
@@ -251,7 +242,9 @@ def check_last_turn(row: Row, rollout_id: str, body: dict[str, Any], chat: Seque
     )
 
 
-async def _local_deadline(rig: LocalRig, scale: Scale, say: Say) -> Row:
+@blocking
+async def run_local_deadline(rig: LocalRig, scale: Scale, say: Say = quiet) -> Row:
+    """Slow rollouts on the control rig, whose request timeout is ``LOCAL_REQUEST_TIMEOUT``."""
     row = Row(
         "local: a slow agent past OSMOSIS_ROLLOUT_SERVER_REQUEST_TIMEOUT_SECONDS="
         f"{LOCAL_REQUEST_TIMEOUT:g}",
@@ -277,8 +270,7 @@ async def _local_deadline(rig: LocalRig, scale: Scale, say: Say) -> Row:
             took.append(first - started)
         records = await wait_terminal(client, ids, within=10)
         await asyncio.sleep(1.5)
-    items = [delivery(rig.standin, rid) for rid in ids]
-    row.count(items)
+    items = row.count_rollouts(rig.standin, ids)
     for item, seconds in zip(items, took, strict=True):
         body = item.body or {}
         rid = item.rollout_id
@@ -295,16 +287,10 @@ async def _local_deadline(rig: LocalRig, scale: Scale, say: Say) -> Row:
         row.counts["as of the last turn"] += check_last_turn(
             row, rid, body, rig.standin.calls_for("chat", rid)
         )
-        row.check(item.attempts == 1 and item.runs == 1, f"{item.describe()}: not once")
+        row.check_once(item)
     row.measured = (
-        f"{tally(Counter(str((i.body or {}).get('finish_reason')) for i in items))}; reported "
-        f"{spread(round(t, 1) for t in took)} s after init; conversation as of the last completed "
-        f"turn {row.counts['as of the last turn']}/{len(items)}"
+        f"{tally_field(items, 'finish_reason')}; reported {spread(round(t, 1) for t in took)} s "
+        f"after init; conversation as of the last completed turn "
+        f"{row.counts['as of the last turn']}/{len(items)}"
     )
-    say(f"   {row.measured}")
-    return row
-
-
-def run_local_deadline(rig: LocalRig, scale: Scale, say: Say = quiet) -> Row:
-    """Slow rollouts on the control rig, whose request timeout is ``LOCAL_REQUEST_TIMEOUT``."""
-    return asyncio.run(_local_deadline(rig, scale, say))
+    return row.shown(say)

@@ -18,7 +18,7 @@ from testkit.scenarios.base import (
     Row,
     Say,
     Scale,
-    delivery,
+    blocking,
     quiet,
     spread,
 )
@@ -62,8 +62,7 @@ async def _identical_inits(
                 f"{rid}: a duplicate after the report answered {late.status_code}",
             )
         await asyncio.sleep(1.5)  # room for a second run or callback, had one been started
-    items = [delivery(rig.standin, rid) for rid in ids]
-    row.count(items)
+    items = row.count_rollouts(rig.standin, ids)
     for item in items:
         row.check(item.attempts == 1, f"{item.rollout_id}: {item.attempts} callbacks")
         row.check(item.runs == 1, f"{item.rollout_id}: {item.runs} runs")
@@ -76,8 +75,7 @@ async def _identical_inits(
         f"identical 202 bodies; runs {spread(i.runs for i in items)}, callbacks "
         f"{spread(i.attempts for i in items)} per rollout"
     )
-    say(f"   {row.measured}")
-    return row
+    return row.shown(say)
 
 
 async def _conflicting_key(rig: LocalRig, scale: Scale) -> Row:
@@ -122,15 +120,14 @@ async def _conflicting_key(rig: LocalRig, scale: Scale) -> Row:
                 row.counts["stored"] += 1
             await until(is_reported(rig.standin, rid), within=30, what=f"{rid} reported")
         await asyncio.sleep(1.0)
-    items = [delivery(rig.standin, rid) for rid in ids]
-    row.count(items)
+    items = row.count_rollouts(rig.standin, ids)
     for item in items:
         other = item.rollout_id + "-other"
         if not row.check(
             not rig.standin.calls_for("chat", other), f"{other}: run after its init got 409"
         ):
             row.counts["run"] += 1
-        row.check(item.runs == 1 and item.attempts == 1, f"{item.describe()}: not once")
+        row.check_once(item)
         row.check_failure(item, None)
     row.measured = (
         f"{refusals}/{2 * len(ids)} conflicting inits answered 409 naming the fields; "
@@ -174,10 +171,9 @@ async def _rollout_id_reused(rig: LocalRig, scale: Scale) -> Row:
                 ):
                     refusals += 1
         await asyncio.sleep(1.0)
-    items = [delivery(rig.standin, rid) for rid in ids]
-    row.count(items)
+    items = row.count_rollouts(rig.standin, ids)
     for item in items:
-        row.check(item.runs == 1 and item.attempts == 1, f"{item.describe()}: not once")
+        row.check_once(item)
         row.check_failure(item, None)
     once = sum(i.runs == 1 and i.attempts == 1 for i in items)
     row.measured = (
@@ -186,14 +182,11 @@ async def _rollout_id_reused(rig: LocalRig, scale: Scale) -> Row:
     return row
 
 
-def run_duplicates(rig: LocalRig, scale: Scale, say: Say = quiet) -> list[Row]:
+@blocking
+async def run_duplicates(rig: LocalRig, scale: Scale, say: Say = quiet) -> list[Row]:
     """Identical inits, a reused key with a different request, a reused rollout_id."""
-
-    async def all_three() -> list[Row]:
-        return [
-            await _identical_inits(rig, scale, say),
-            await _conflicting_key(rig, scale),
-            await _rollout_id_reused(rig, scale),
-        ]
-
-    return asyncio.run(all_three())
+    return [
+        await _identical_inits(rig, scale, say),
+        await _conflicting_key(rig, scale),
+        await _rollout_id_reused(rig, scale),
+    ]
