@@ -28,6 +28,7 @@ from testkit.scenarios.base import (
     Scale,
     ScenarioError,
     delivery,
+    fresh_ids,
     quiet,
     spread,
     tally,
@@ -55,12 +56,9 @@ def run_aws_duplicate_deliveries(rig: AwsRig, scale: Scale, say: Say = quiet) ->
         "AWS: the worker event delivered twice at once, and again after the report",
         "1 run, 1 callback; the other deliveries run nothing",
     )
-    tag = secrets.token_hex(3)
     outcomes: Counter[str] = Counter()
-    ids: list[str] = []
-    for n in range(scale.aws_deliveries):
-        rid = f"awsdup-{tag}-{n:02d}"
-        ids.append(rid)
+    ids = fresh_ids("awsdup", scale.aws_deliveries)
+    for rid in ids:
         rig.standin.inject("chat", Fault(200, delay=0.3, rollout_id=rid))
         event = _accepted(rig, row, rid)
         barrier = threading.Barrier(2)
@@ -95,12 +93,9 @@ def run_aws_identical_inits(rig: AwsRig, scale: Scale, say: Say = quiet, inits: 
         "environments at once; every worker event they dispatched delivered, at once",
         f"{inits} identical 202 bodies; 1 run, 1 callback",
     )
-    tag = secrets.token_hex(3)
-    ids: list[str] = []
+    ids = fresh_ids("awsinit", scale.aws_init_rollouts)
     dispatched_total = 0
-    for n in range(scale.aws_init_rollouts):
-        rid = f"awsinit-{tag}-{n:02d}"
-        ids.append(rid)
+    for rid in ids:
         rig.standin.inject("chat", Fault(200, delay=0.2, rollout_id=rid))
         body = _aws_body(rig, rid) | {"idempotency_key": f"key-{rid}"}
         futures = [rig.submit(i, init_call(body)) for i in range(inits)]
@@ -276,8 +271,7 @@ def run_aws_aged_out(rig: AwsRig, scale: Scale, say: Say = quiet) -> Row:
         "ERROR naming EventAgeExceeded, category never_started, reward null; once; never run, "
         "not even by the event arriving late",
     )
-    tag = secrets.token_hex(3)
-    ids = [f"awsaged-{tag}-{n:02d}" for n in range(scale.aws_deaths)]
+    ids = fresh_ids("awsaged", scale.aws_deaths)
     events = {rid: _accepted(rig, row, rid) for rid in ids}
     failures: dict[str, Any] = {}
     for rid, event in events.items():
@@ -322,8 +316,7 @@ def run_aws_parked_redrive(rig: AwsRig, scale: Scale, say: Say = quiet) -> Row:
         "AWS: every callback attempt fails (3 x 503); handler.redrive, invoked twice at once",
         "parked with the key sealed by KMS; re-driven once; DELIVERED",
     )
-    tag = secrets.token_hex(3)
-    ids = [f"awspark-{tag}-{n:02d}" for n in range(scale.aws_parked)]
+    ids = fresh_ids("awspark", scale.aws_parked)
     for index, rid in enumerate(ids):
         rig.standin.inject("completed", Fault(503, count=3, rollout_id=rid))
         result = rig.worker(_accepted(rig, row, rid), env=index).result(120)
@@ -377,8 +370,7 @@ def run_aws_deadline(rig: AwsRig, scale: Scale, say: Say = quiet) -> Row:
         'stopped before the time runs out; ERROR "timeout", category timeout, reward null, '
         "with the conversation as of the last completed turn",
     )
-    tag = secrets.token_hex(3)
-    ids = [f"awsslow-{tag}-{n:02d}" for n in range(scale.aws_deadlines)]
+    ids = fresh_ids("awsslow", scale.aws_deadlines)
     events = [_accepted(rig, row, rid, **slow(60, 0.2)) for rid in ids]
     elapsed: list[float] = []
 

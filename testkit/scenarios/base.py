@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import secrets
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
@@ -50,6 +51,13 @@ def blocking(scenario: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
         return asyncio.run(scenario(*args, **kwargs))
 
     return run
+
+
+def fresh_ids(prefix: str, count: int, *, width: int = 2) -> list[str]:
+    """``count`` rollout ids no other scenario on the same rig uses: ``<prefix>-<tag>-<n>``, the
+    tag random, ``n`` from 0, ``width`` digits wide."""
+    tag = secrets.token_hex(3)
+    return [f"{prefix}-{tag}-{n:0{width}d}" for n in range(count)]
 
 
 class ScenarioError(RuntimeError):

@@ -24,6 +24,7 @@ from testkit.scenarios.base import (
     Scale,
     blocking,
     delivery,
+    fresh_ids,
     quiet,
     spread,
     tally,
@@ -67,10 +68,7 @@ async def run_cancel(rig: LocalRig, scale: Scale, say: Say = quiet) -> list[Row]
             queued = [f"cancel-{tag}-{round_}-queued-{i}" for i in range(scale.control_queued)]
             for rid in running:
                 body = rollout_body(rid, rig.traingate_url, metadata=slow(60, 0.2))
-                running_row.check(
-                    (await rig.post_init(client, body)).status_code == 202,
-                    f"{rid}: init refused",
-                )
+                running_row.check(await rig.init_accepted(client, body), f"{rid}: init refused")
             await until(
                 past_turn(rig.standin, running, 2),
                 within=20,
@@ -78,10 +76,7 @@ async def run_cancel(rig: LocalRig, scale: Scale, say: Say = quiet) -> list[Row]
             )
             for rid in queued:
                 body = rollout_body(rid, rig.traingate_url, metadata=slow(3, 0.1))
-                queued_row.check(
-                    (await rig.post_init(client, body)).status_code == 202,
-                    f"{rid}: init refused",
-                )
+                queued_row.check(await rig.init_accepted(client, body), f"{rid}: init refused")
                 record = await record_of(client, rid)
                 state = record["state"] if record else "absent"
                 queued_row.check(state == "ACCEPTED", f"{rid}: {state} before the cancel")
@@ -164,8 +159,7 @@ async def run_backpressure(rig: LocalRig, scale: Scale, say: Say = quiet) -> Row
         "excess inits 429 with Retry-After, nothing stored for them; a driver honouring "
         "Retry-After gets every rollout reported once",
     )
-    tag = secrets.token_hex(3)
-    ids = [f"bp-{tag}-{i:03d}" for i in range(scale.backpressure)]
+    ids = fresh_ids("bp", scale.backpressure, width=3)
     refusals = 0
     stored = 0
     retry_afters: Counter[str] = Counter()
@@ -251,17 +245,13 @@ async def run_local_deadline(rig: LocalRig, scale: Scale, say: Say = quiet) -> R
         'stopped at the deadline; ERROR "timeout", category timeout, reward null, with the '
         "conversation as of the last completed turn; reported once",
     )
-    tag = secrets.token_hex(3)
-    ids = [f"late-{tag}-{i:02d}" for i in range(scale.control_running)]
+    ids = fresh_ids("late", scale.control_running)
     took: list[float] = []
     async with rig.client() as client:
         started = time.monotonic()
         for rid in ids:
             body = rollout_body(rid, rig.traingate_url, metadata=slow(200, 0.2))
-            row.check(
-                (await rig.post_init(client, body)).status_code == 202,
-                f"{rid}: init refused",
-            )
+            row.check(await rig.init_accepted(client, body), f"{rid}: init refused")
         await wait_reported(
             rig.standin, ids, within=LOCAL_REQUEST_TIMEOUT + 20, label="late", say=quiet
         )

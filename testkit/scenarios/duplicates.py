@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import secrets
 from collections import Counter
 
 from rollout_sdk.testing.standin import Fault
@@ -19,6 +18,7 @@ from testkit.scenarios.base import (
     Say,
     Scale,
     blocking,
+    fresh_ids,
     quiet,
     spread,
 )
@@ -36,8 +36,7 @@ async def _identical_inits(
         f"local: {inits_per_rollout} identical inits at once, and one after the report",
         f"1 run, 1 callback; {inits_per_rollout} identical 202 bodies",
     )
-    tag = secrets.token_hex(3)
-    ids = [f"dup-{tag}-{i:03d}" for i in range(scale.duplicate_rollouts)]
+    ids = fresh_ids("dup", scale.duplicate_rollouts, width=3)
     same_bodies = 0
     async with rig.client(inits_per_rollout + 8) as client:
         for rid in ids:
@@ -83,19 +82,13 @@ async def _conflicting_key(rig: LocalRig, scale: Scale) -> Row:
         "local: the same idempotency key with a different request",
         "409 naming the fields that differ; nothing started",
     )
-    tag = secrets.token_hex(3)
-    ids: list[str] = []
+    ids = fresh_ids("key", scale.conflicts)
     refusals = 0
     async with rig.client() as client:
-        for n in range(scale.conflicts):
-            rid, other = f"key-{tag}-{n:02d}", f"key-{tag}-{n:02d}-other"
-            key = f"k-{tag}-{n}"
-            ids.append(rid)
-            first = rollout_body(rid, rig.traingate_url, idempotency_key=key)
-            row.check(
-                (await rig.post_init(client, first)).status_code == 202,
-                f"{rid}: first init refused",
-            )
+        for rid in ids:
+            other = f"{rid}-other"
+            first = rollout_body(rid, rig.traingate_url, idempotency_key=f"k-{rid}")
+            row.check(await rig.init_accepted(client, first), f"{rid}: first init refused")
             variants = {
                 ("metadata", "rollout_id"): {
                     **first,
@@ -142,20 +135,14 @@ async def _rollout_id_reused(rig: LocalRig, scale: Scale) -> Row:
         "local: the same rollout_id under another idempotency key (live, then reported)",
         "409 both times; the first rollout runs and reports once",
     )
-    tag = secrets.token_hex(3)
-    ids: list[str] = []
+    ids = fresh_ids("rid", scale.conflicts)
     refusals = 0
     async with rig.client() as client:
-        for n in range(scale.conflicts):
-            rid = f"rid-{tag}-{n:02d}"
-            ids.append(rid)
+        for rid in ids:
             first = rollout_body(rid, rig.traingate_url, idempotency_key=f"a-{rid}")
             first["metadata"].update(slow(4, 0.2))
             second = {**first, "idempotency_key": f"b-{rid}"}
-            row.check(
-                (await rig.post_init(client, first)).status_code == 202,
-                f"{rid}: first init refused",
-            )
+            row.check(await rig.init_accepted(client, first), f"{rid}: first init refused")
             live = await rig.post_init(client, second)
             record = await record_of(client, rid)
             row.check(
