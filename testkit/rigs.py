@@ -188,6 +188,10 @@ class LocalRig(StartStop):
                 await asyncio.sleep(0.2 * (attempt + 1))
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def init_accepted(self, client: httpx.AsyncClient, body: dict[str, Any]) -> bool:
+        """:meth:`post_init`; whether the server accepted the init (202)."""
+        return (await self.post_init(client, body)).status_code == 202
+
     def client(self, connections: int = 64) -> httpx.AsyncClient:
         """An HTTP client for the server, with its key."""
         limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)

@@ -28,9 +28,11 @@ from testkit.scenarios.base import (
     Scale,
     ScenarioError,
     delivery,
+    fresh_ids,
     quiet,
     spread,
     tally,
+    tally_field,
 )
 from testkit.scenarios.control import check_last_turn
 from testkit.wait import wait_until
@@ -54,12 +56,9 @@ def run_aws_duplicate_deliveries(rig: AwsRig, scale: Scale, say: Say = quiet) ->
         "AWS: the worker event delivered twice at once, and again after the report",
         "1 run, 1 callback; the other deliveries run nothing",
     )
-    tag = secrets.token_hex(3)
     outcomes: Counter[str] = Counter()
-    ids: list[str] = []
-    for n in range(scale.aws_deliveries):
-        rid = f"awsdup-{tag}-{n:02d}"
-        ids.append(rid)
+    ids = fresh_ids("awsdup", scale.aws_deliveries)
+    for rid in ids:
         rig.standin.inject("chat", Fault(200, delay=0.3, rollout_id=rid))
         event = _accepted(rig, row, rid)
         barrier = threading.Barrier(2)
@@ -77,15 +76,13 @@ def run_aws_duplicate_deliveries(rig: AwsRig, scale: Scale, say: Say = quiet) ->
         outcomes.update([*kinds, f"late {late['status']}"])
         row.check(kinds == ["done", "skipped"], f"{rid}: concurrent deliveries {results}")
         row.check(late["status"] == "skipped", f"{rid}: the late delivery {late}")
-    items = [delivery(rig.standin, rid) for rid in ids]
-    row.count(items)
+    items = row.count_rollouts(rig.standin, ids)
     for item in items:
-        row.check(item.attempts == 1 and item.runs == 1, f"{item.describe()}: not once")
+        row.check_once(item)
         row.check((item.body or {}).get("status") == "COMPLETED", f"{item.rollout_id}: status")
         row.check_failure(item, None)
     row.measured = f"deliveries: {tally(outcomes)}; runs {spread(i.runs for i in items)} each"
-    say(f"   {row.measured}")
-    return row
+    return row.shown(say)
 
 
 def run_aws_identical_inits(rig: AwsRig, scale: Scale, say: Say = quiet, inits: int = 50) -> Row:
@@ -96,12 +93,9 @@ def run_aws_identical_inits(rig: AwsRig, scale: Scale, say: Say = quiet, inits: 
         "environments at once; every worker event they dispatched delivered, at once",
         f"{inits} identical 202 bodies; 1 run, 1 callback",
     )
-    tag = secrets.token_hex(3)
-    ids: list[str] = []
+    ids = fresh_ids("awsinit", scale.aws_init_rollouts)
     dispatched_total = 0
-    for n in range(scale.aws_init_rollouts):
-        rid = f"awsinit-{tag}-{n:02d}"
-        ids.append(rid)
+    for rid in ids:
         rig.standin.inject("chat", Fault(200, delay=0.2, rollout_id=rid))
         body = _aws_body(rig, rid) | {"idempotency_key": f"key-{rid}"}
         futures = [rig.submit(i, init_call(body)) for i in range(inits)]
@@ -115,17 +109,14 @@ def run_aws_identical_inits(rig: AwsRig, scale: Scale, say: Say = quiet, inits: 
         results = [r.result(120) for r in [rig.worker(e, env=i) for i, e in enumerate(events)]]
         done = [r for r in results if r["status"] == "done"]
         row.check(len(done) == 1, f"{rid}: {len(done)} deliveries ran it")
-    items = [delivery(rig.standin, rid) for rid in ids]
-    row.count(items)
-    for item in items:
-        row.check(item.attempts == 1 and item.runs == 1, f"{item.describe()}: not once")
+    for item in row.count_rollouts(rig.standin, ids):
+        row.check_once(item)
         row.check_failure(item, None)
     row.measured = (
         f"{len(ids) * inits} inits, all 202 with one body per rollout; {dispatched_total} worker "
         f"events dispatched, 1 ran per rollout"
     )
-    say(f"   {row.measured}")
-    return row
+    return row.shown(say)
 
 
 @dataclass
@@ -230,8 +221,7 @@ def run_aws_worker_deaths(rig: AwsRig, scale: Scale, say: Say = quiet) -> list[R
     time.sleep(1.0)
     for death in deaths:
         row = death.row
-        items = [delivery(rig.standin, rid) for rid in death.ids]
-        row.count(items)
+        items = row.count_rollouts(rig.standin, death.ids)
         for item in items:
             rid = item.rollout_id
             body = item.body or {}
@@ -262,9 +252,9 @@ def run_aws_worker_deaths(rig: AwsRig, scale: Scale, say: Say = quiet) -> list[R
                     f"ERROR naming {words!r}",
                 )
         row.measured = (
-            f"{tally(Counter(str((i.body or {}).get('status')) for i in items))}, received "
-            f"once {sum(i.received == 1 for i in items)}/{len(items)}, within {took:.1f} s of the "
-            f"kill (lease 5 s); POSTs after a second failure record and a late event: "
+            f"{tally_field(items, 'status')}, received once "
+            f"{sum(i.received == 1 for i in items)}/{len(items)}, within {took:.1f} s of the kill "
+            f"(lease 5 s); POSTs after a second failure record and a late event: "
             f"{sum(i.attempts - first_attempts[i.rollout_id] for i in items)}"
         )
     say(f"   {deaths[0].row.measured}")
@@ -281,8 +271,7 @@ def run_aws_aged_out(rig: AwsRig, scale: Scale, say: Say = quiet) -> Row:
         "ERROR naming EventAgeExceeded, category never_started, reward null; once; never run, "
         "not even by the event arriving late",
     )
-    tag = secrets.token_hex(3)
-    ids = [f"awsaged-{tag}-{n:02d}" for n in range(scale.aws_deaths)]
+    ids = fresh_ids("awsaged", scale.aws_deaths)
     events = {rid: _accepted(rig, row, rid) for rid in ids}
     failures: dict[str, Any] = {}
     for rid, event in events.items():
@@ -298,8 +287,7 @@ def run_aws_aged_out(rig: AwsRig, scale: Scale, say: Say = quiet) -> Row:
         late[str(rig.worker(events[rid], env=index).result(60).get("status"))] += 1
         rig.failed(failures[rid], env=index).result(60)
     time.sleep(0.5)
-    items = [delivery(rig.standin, rid) for rid in ids]
-    row.count(items)
+    items = row.count_rollouts(rig.standin, ids)
     for item in items:
         rid = item.rollout_id
         body = item.body or {}
@@ -315,12 +303,11 @@ def run_aws_aged_out(rig: AwsRig, scale: Scale, say: Say = quiet) -> Row:
         row.check(item.runs == 0 and not rig.standin.calls_for("chat", rid), f"{rid}: it ran")
     row.check(late == {"skipped": len(ids)}, f"the late events: {dict(late)}")
     row.measured = (
-        f"{tally(Counter(str((i.body or {}).get('status')) for i in items))}, received once "
+        f"{tally_field(items, 'status')}, received once "
         f"{sum(i.received == 1 for i in items)}/{len(items)}; late events {tally(late)}; "
         f"chat calls {sum(len(rig.standin.calls_for('chat', r)) for r in ids)}"
     )
-    say(f"   {row.measured}")
-    return row
+    return row.shown(say)
 
 
 def run_aws_parked_redrive(rig: AwsRig, scale: Scale, say: Say = quiet) -> Row:
@@ -329,8 +316,7 @@ def run_aws_parked_redrive(rig: AwsRig, scale: Scale, say: Say = quiet) -> Row:
         "AWS: every callback attempt fails (3 x 503); handler.redrive, invoked twice at once",
         "parked with the key sealed by KMS; re-driven once; DELIVERED",
     )
-    tag = secrets.token_hex(3)
-    ids = [f"awspark-{tag}-{n:02d}" for n in range(scale.aws_parked)]
+    ids = fresh_ids("awspark", scale.aws_parked)
     for index, rid in enumerate(ids):
         rig.standin.inject("completed", Fault(503, count=3, rollout_id=rid))
         result = rig.worker(_accepted(rig, row, rid), env=index).result(120)
@@ -349,8 +335,7 @@ def run_aws_parked_redrive(rig: AwsRig, scale: Scale, say: Say = quiet) -> Row:
     reports = [p.result(120) for p in passes]
     again = rig.redrive(env=0).result(120)
     time.sleep(0.5)
-    items = [delivery(rig.standin, rid) for rid in ids]
-    row.count(items)
+    items = row.count_rollouts(rig.standin, ids)
     for item in items:
         row.check(item.attempts == 4, f"{item.describe()}: expected 3 failures and 1 delivery")
         row.check_failure(item, None)
@@ -372,8 +357,7 @@ def run_aws_parked_redrive(rig: AwsRig, scale: Scale, say: Say = quiet) -> Row:
         f"({sum(i.attempts - i.received for i in items)} failed, "
         f"{sum(i.received for i in items)} delivered)"
     )
-    say(f"   {row.measured}")
-    return row
+    return row.shown(say)
 
 
 def run_aws_deadline(rig: AwsRig, scale: Scale, say: Say = quiet) -> Row:
@@ -386,8 +370,7 @@ def run_aws_deadline(rig: AwsRig, scale: Scale, say: Say = quiet) -> Row:
         'stopped before the time runs out; ERROR "timeout", category timeout, reward null, '
         "with the conversation as of the last completed turn",
     )
-    tag = secrets.token_hex(3)
-    ids = [f"awsslow-{tag}-{n:02d}" for n in range(scale.aws_deadlines)]
+    ids = fresh_ids("awsslow", scale.aws_deadlines)
     events = [_accepted(rig, row, rid, **slow(60, 0.2)) for rid in ids]
     elapsed: list[float] = []
 
@@ -407,8 +390,7 @@ def run_aws_deadline(rig: AwsRig, scale: Scale, say: Say = quiet) -> Row:
         elapsed.append(took)
         row.check(took < margin + budget, f"{rid}: returned after {took:.2f} s, past the time")
         row.check(result.get("state") == "DELIVERED", f"{rid}: {result}")
-    items = [delivery(rig.standin, rid) for rid in ids]
-    row.count(items)
+    items = row.count_rollouts(rig.standin, ids)
     for item in items:
         body = item.body or {}
         row.check(
@@ -420,10 +402,8 @@ def run_aws_deadline(rig: AwsRig, scale: Scale, say: Say = quiet) -> Row:
             row, item.rollout_id, body, rig.standin.calls_for("chat", item.rollout_id)
         )
     row.measured = (
-        f"{tally(Counter(str((i.body or {}).get('finish_reason')) for i in items))}; handler "
-        f"returned after {spread(round(e, 2) for e in elapsed)} s of {margin + budget:g} s; "
-        f"conversation as of the last completed turn {row.counts['as of the last turn']}/"
-        f"{len(items)}"
+        f"{tally_field(items, 'finish_reason')}; handler returned after "
+        f"{spread(round(e, 2) for e in elapsed)} s of {margin + budget:g} s; conversation as of "
+        f"the last completed turn {row.counts['as of the last turn']}/{len(items)}"
     )
-    say(f"   {row.measured}")
-    return row
+    return row.shown(say)

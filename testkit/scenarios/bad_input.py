@@ -19,6 +19,7 @@ from testkit.rigs import (
 )
 from testkit.scenarios.base import (
     Row,
+    blocking,
 )
 
 
@@ -43,6 +44,27 @@ def _bad_inits(traingate_url: str, tag: str) -> list[BadInit]:
     def good(n: int, **changes: Any) -> dict[str, Any]:
         return {**rollout_body(rid(n), traingate_url), **changes}
 
+    def probed(
+        n: int,
+        what: str,
+        statuses: tuple[int, ...],
+        names: str | None,
+        *,
+        headers: dict[str, str] | None = None,
+        raw_headers: list[tuple[bytes, bytes]] | None = None,
+        **changes: Any,
+    ) -> BadInit:
+        """Init ``n``'s good body but for ``changes``: its id must find no record and no run."""
+        return BadInit(
+            what,
+            statuses,
+            names,
+            body=good(n, **changes),
+            headers=headers or {},
+            raw_headers=raw_headers or [],
+            probe=rid(n),
+        )
+
     missing = good(3)
     del missing["messages"]
     big_metadata = {"padding": "x" * (1024 * 1024 + 1024)}
@@ -57,59 +79,29 @@ def _bad_inits(traingate_url: str, tag: str) -> list[BadInit]:
         ),
         BadInit("a JSON array, not an object", (422,), "body", body=[good(2)]),
         BadInit("missing field messages", (422,), "messages", body=missing, probe=rid(3)),
-        BadInit(
-            "wrong type: max_turns a string",
-            (422,),
-            "max_turns",
-            body=good(4, max_turns="ten"),
-            probe=rid(4),
-        ),
-        BadInit(
-            "wrong type: messages a string",
-            (422,),
-            "messages",
-            body=good(5, messages="hi"),
-            probe=rid(5),
-        ),
+        probed(4, "wrong type: max_turns a string", (422,), "max_turns", max_turns="ten"),
+        probed(5, "wrong type: messages a string", (422,), "messages", messages="hi"),
         BadInit("blank rollout_id", (422,), "rollout_id", body=good(6, rollout_id="   ")),
         BadInit(
             "257-character rollout_id", (422,), "rollout_id", body=good(7, rollout_id="r" * 257)
         ),
-        BadInit(
-            "server_url not http(s)",
-            (422,),
-            "server_url",
-            body=good(8, server_url="ftp://127.0.0.1:1"),
-            probe=rid(8),
-        ),
-        BadInit(
-            "server_url with no host",
-            (422,),
-            "server_url",
-            body=good(9, server_url="http://"),
-            probe=rid(9),
-        ),
-        BadInit(
+        probed(8, "server_url not http(s)", (422,), "server_url", server_url="ftp://127.0.0.1:1"),
+        probed(9, "server_url with no host", (422,), "server_url", server_url="http://"),
+        probed(
+            10,
             "server_url link-local (cloud metadata)",
             (422,),
             "server_url",
-            body=good(10, server_url="http://169.254.169.254"),
-            probe=rid(10),
+            server_url="http://169.254.169.254",
         ),
-        BadInit(
+        probed(
+            11,
             "metadata over 1 MiB",
             (413,),
             "OSMOSIS_ROLLOUT_MAX_METADATA_SIZE_BYTES",
-            body=good(11, metadata=big_metadata),
-            probe=rid(11),
+            metadata=big_metadata,
         ),
-        BadInit(
-            "body over 6 MiB",
-            (413,),
-            "ROLLOUT_SDK_MAX_BODY_BYTES",
-            body=good(12, messages=big_body),
-            probe=rid(12),
-        ),
+        probed(12, "body over 6 MiB", (413,), "ROLLOUT_SDK_MAX_BODY_BYTES", messages=big_body),
         BadInit(
             "content type text/plain",
             (415,),
@@ -118,42 +110,30 @@ def _bad_inits(traingate_url: str, tag: str) -> list[BadInit]:
             headers={"Content-Type": "text/plain"},
             probe=rid(13),
         ),
-        BadInit(
-            "no Authorization header",
-            (401,),
-            None,
-            body=good(14),
-            headers={"Authorization": ""},
-            probe=rid(14),
+        probed(14, "no Authorization header", (401,), None, headers={"Authorization": ""}),
+        probed(
+            15, "wrong server key", (401,), None, headers={"Authorization": "Bearer not-the-key"}
         ),
-        BadInit(
-            "wrong server key",
-            (401,),
-            None,
-            body=good(15),
-            headers={"Authorization": "Bearer not-the-key"},
-            probe=rid(15),
-        ),
-        BadInit(
+        probed(
+            16,
             "malformed Authorization (Basic)",
             (401,),
             None,
-            body=good(16),
             headers={"Authorization": "Basic dXNlcjpwYXNz"},
-            probe=rid(16),
         ),
-        BadInit(
+        probed(
+            17,
             "non-ASCII bytes in Authorization",
             (401,),
             None,
-            body=good(17),
             raw_headers=[(b"authorization", b"Bearer \xff\xfe\xe9t\xe9")],
-            probe=rid(17),
         ),
     ]
 
 
-async def _bad_input(rig: LocalRig) -> Row:
+@blocking
+async def run_bad_input(rig: LocalRig) -> Row:
+    """Bad inits: each refused with the right 4xx, nothing stored, nothing run."""
     row = Row(
         "local: bad input at init (malformed JSON, wrong types, bad ids and URLs, oversize, "
         "wrong content type, bad keys)",
@@ -210,8 +190,3 @@ async def _bad_input(rig: LocalRig) -> Row:
         + f"; {row.counts['stored']} stored, {row.counts['reached TrainGate']} reached TrainGate"
     )
     return row
-
-
-def run_bad_input(rig: LocalRig) -> Row:
-    """Bad inits: each refused with the right 4xx, nothing stored, nothing run."""
-    return asyncio.run(_bad_input(rig))

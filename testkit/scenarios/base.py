@@ -3,15 +3,19 @@ and the scale the matrix runs at."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
+import secrets
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from rollout_sdk.testing.standin import ACK_LOST, OK, REFUSED, Call, TrainGateStandIn
 
 T = TypeVar("T")
+P = ParamSpec("P")
 TERMINAL = ("DELIVERED", "UNDELIVERABLE")
 RESTART_WORDS = "server stopped while this rollout was in flight"
 
@@ -36,6 +40,24 @@ Say = Callable[[str], None]
 
 def quiet(_: str) -> None:
     """Progress that goes nowhere (the tests)."""
+
+
+def blocking(scenario: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
+    """A scenario written as a coroutine, called as the matrix and the tests call every
+    scenario: run to its end on an event loop of its own."""
+
+    @functools.wraps(scenario)
+    def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        return asyncio.run(scenario(*args, **kwargs))
+
+    return run
+
+
+def fresh_ids(prefix: str, count: int, *, width: int = 2) -> list[str]:
+    """``count`` rollout ids no other scenario on the same rig uses: ``<prefix>-<tag>-<n>``, the
+    tag random, ``n`` from 0, ``width`` digits wide."""
+    tag = secrets.token_hex(3)
+    return [f"{prefix}-{tag}-{n:0{width}d}" for n in range(count)]
 
 
 class ScenarioError(RuntimeError):
@@ -202,6 +224,18 @@ class Row:
                 self.fail(f"duplicated: {item.describe()}, {item.distinct_bodies} bodies")
             self.resent += item.resent_after_lost_ack
 
+    def count_rollouts(
+        self, standin: TrainGateStandIn, rollout_ids: Iterable[str]
+    ) -> list[Delivery]:
+        """:meth:`count` the rollouts ``rollout_ids`` as TrainGate saw them; their deliveries."""
+        items = [delivery(standin, rid) for rid in rollout_ids]
+        self.count(items)
+        return items
+
+    def check_once(self, item: Delivery) -> bool:
+        """``item`` ran once and its final response was POSTed once."""
+        return self.check(item.attempts == 1 and item.runs == 1, f"{item.describe()}: not once")
+
     def check_failure(
         self,
         item: Delivery,
@@ -246,6 +280,11 @@ class Row:
                 f"received {failure}",
             )
 
+    def shown(self, say: Say) -> Row:
+        """Say the measured cell (the scenario's progress line); the row."""
+        say(f"   {self.measured}")
+        return self
+
     def summary(self) -> str:
         """The row and its failures, for an assertion message."""
         head = (
@@ -271,6 +310,12 @@ def spread(values: Iterable[float | int]) -> str:
 
 def tally(counter: Counter[str]) -> str:
     return ", ".join(f"{n} {k}" for k, n in counter.most_common()) or "none"
+
+
+def tally_field(items: Iterable[Delivery], name: str) -> str:
+    """:func:`tally` of one field of the final responses TrainGate received (``status``,
+    ``finish_reason``)."""
+    return tally(Counter(str((item.body or {}).get(name)) for item in items))
 
 
 def categories_cell(counter: Counter[str]) -> str:

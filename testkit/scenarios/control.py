@@ -22,10 +22,13 @@ from testkit.scenarios.base import (
     Row,
     Say,
     Scale,
+    blocking,
     delivery,
+    fresh_ids,
     quiet,
     spread,
     tally,
+    tally_field,
 )
 from testkit.scenarios.waits import (
     past_turn,
@@ -35,7 +38,9 @@ from testkit.scenarios.waits import (
 )
 
 
-async def _cancel(rig: LocalRig, scale: Scale, say: Say) -> list[Row]:
+@blocking
+async def run_cancel(rig: LocalRig, scale: Scale, say: Say = quiet) -> list[Row]:
+    """Cancel running, queued and finished rollouts (needs the control rig's small limits)."""
     running_row = Row(
         "local: cancel a running rollout (POST /v1/rollout/{id}/cancel)",
         'stops before its next turn; reported once, ERROR "cancelled", category cancelled',
@@ -63,10 +68,7 @@ async def _cancel(rig: LocalRig, scale: Scale, say: Say) -> list[Row]:
             queued = [f"cancel-{tag}-{round_}-queued-{i}" for i in range(scale.control_queued)]
             for rid in running:
                 body = rollout_body(rid, rig.traingate_url, metadata=slow(60, 0.2))
-                running_row.check(
-                    (await rig.post_init(client, body)).status_code == 202,
-                    f"{rid}: init refused",
-                )
+                running_row.check(await rig.init_accepted(client, body), f"{rid}: init refused")
             await until(
                 past_turn(rig.standin, running, 2),
                 within=20,
@@ -74,10 +76,7 @@ async def _cancel(rig: LocalRig, scale: Scale, say: Say) -> list[Row]:
             )
             for rid in queued:
                 body = rollout_body(rid, rig.traingate_url, metadata=slow(3, 0.1))
-                queued_row.check(
-                    (await rig.post_init(client, body)).status_code == 202,
-                    f"{rid}: init refused",
-                )
+                queued_row.check(await rig.init_accepted(client, body), f"{rid}: init refused")
                 record = await record_of(client, rid)
                 state = record["state"] if record else "absent"
                 queued_row.check(state == "ACCEPTED", f"{rid}: {state} before the cancel")
@@ -107,9 +106,7 @@ async def _cancel(rig: LocalRig, scale: Scale, say: Say) -> list[Row]:
     for index, rid in enumerate(running_ids):
         turns_after[index] += rig.standin.chat_count(rid)
     for ids, row in ((running_ids, running_row), (queued_ids, queued_row)):
-        items = [delivery(rig.standin, rid) for rid in ids]
-        row.count(items)
-        for item in items:
+        for item in row.count_rollouts(rig.standin, ids):
             body = item.body or {}
             row.check(
                 (body.get("status"), body.get("finish_reason")) == ("ERROR", "cancelled"),
@@ -151,12 +148,9 @@ async def _cancel(rig: LocalRig, scale: Scale, say: Say) -> list[Row]:
     return [running_row, queued_row, finished_row]
 
 
-def run_cancel(rig: LocalRig, scale: Scale, say: Say = quiet) -> list[Row]:
-    """Cancel running, queued and finished rollouts (needs the control rig's small limits)."""
-    return asyncio.run(_cancel(rig, scale, say))
-
-
-async def _backpressure(rig: LocalRig, scale: Scale, say: Say) -> Row:
+@blocking
+async def run_backpressure(rig: LocalRig, scale: Scale, say: Say = quiet) -> Row:
+    """More inits at once than the control rig holds; the driver honours Retry-After."""
     limit = scale.control_running + scale.control_queued
     row = Row(
         f"local: {scale.backpressure} inits at once past the limits "
@@ -165,8 +159,7 @@ async def _backpressure(rig: LocalRig, scale: Scale, say: Say) -> Row:
         "excess inits 429 with Retry-After, nothing stored for them; a driver honouring "
         "Retry-After gets every rollout reported once",
     )
-    tag = secrets.token_hex(3)
-    ids = [f"bp-{tag}-{i:03d}" for i in range(scale.backpressure)]
+    ids = fresh_ids("bp", scale.backpressure, width=3)
     refusals = 0
     stored = 0
     retry_afters: Counter[str] = Counter()
@@ -214,10 +207,8 @@ async def _backpressure(rig: LocalRig, scale: Scale, say: Say) -> Row:
             await asyncio.gather(sampler, return_exceptions=True)
         records = await wait_terminal(client, ids, within=10)
         await asyncio.sleep(1.5)
-    items = [delivery(rig.standin, rid) for rid in ids]
-    row.count(items)
-    for item in items:
-        row.check(item.attempts == 1 and item.runs == 1, f"{item.describe()}: not once")
+    for item in row.count_rollouts(rig.standin, ids):
+        row.check_once(item)
         row.check(
             (item.body or {}).get("status") == "COMPLETED", f"{item.rollout_id}: not COMPLETED"
         )
@@ -228,13 +219,7 @@ async def _backpressure(rig: LocalRig, scale: Scale, say: Say) -> Row:
         f"{refusals} x 429 (Retry-After {tally(retry_afters)} s), {stored} stored; peak held "
         f"{peak} <= {limit}; {row.reported}/{len(ids)} COMPLETED after retries"
     )
-    say(f"   {row.measured}")
-    return row
-
-
-def run_backpressure(rig: LocalRig, scale: Scale, say: Say = quiet) -> Row:
-    """More inits at once than the control rig holds; the driver honours Retry-After."""
-    return asyncio.run(_backpressure(rig, scale, say))
+    return row.shown(say)
 
 
 def check_last_turn(row: Row, rollout_id: str, body: dict[str, Any], chat: Sequence[Call]) -> bool:
@@ -251,24 +236,22 @@ def check_last_turn(row: Row, rollout_id: str, body: dict[str, Any], chat: Seque
     )
 
 
-async def _local_deadline(rig: LocalRig, scale: Scale, say: Say) -> Row:
+@blocking
+async def run_local_deadline(rig: LocalRig, scale: Scale, say: Say = quiet) -> Row:
+    """Slow rollouts on the control rig, whose request timeout is ``LOCAL_REQUEST_TIMEOUT``."""
     row = Row(
         "local: a slow agent past OSMOSIS_ROLLOUT_SERVER_REQUEST_TIMEOUT_SECONDS="
         f"{LOCAL_REQUEST_TIMEOUT:g}",
         'stopped at the deadline; ERROR "timeout", category timeout, reward null, with the '
         "conversation as of the last completed turn; reported once",
     )
-    tag = secrets.token_hex(3)
-    ids = [f"late-{tag}-{i:02d}" for i in range(scale.control_running)]
+    ids = fresh_ids("late", scale.control_running)
     took: list[float] = []
     async with rig.client() as client:
         started = time.monotonic()
         for rid in ids:
             body = rollout_body(rid, rig.traingate_url, metadata=slow(200, 0.2))
-            row.check(
-                (await rig.post_init(client, body)).status_code == 202,
-                f"{rid}: init refused",
-            )
+            row.check(await rig.init_accepted(client, body), f"{rid}: init refused")
         await wait_reported(
             rig.standin, ids, within=LOCAL_REQUEST_TIMEOUT + 20, label="late", say=quiet
         )
@@ -277,8 +260,7 @@ async def _local_deadline(rig: LocalRig, scale: Scale, say: Say) -> Row:
             took.append(first - started)
         records = await wait_terminal(client, ids, within=10)
         await asyncio.sleep(1.5)
-    items = [delivery(rig.standin, rid) for rid in ids]
-    row.count(items)
+    items = row.count_rollouts(rig.standin, ids)
     for item, seconds in zip(items, took, strict=True):
         body = item.body or {}
         rid = item.rollout_id
@@ -295,16 +277,10 @@ async def _local_deadline(rig: LocalRig, scale: Scale, say: Say) -> Row:
         row.counts["as of the last turn"] += check_last_turn(
             row, rid, body, rig.standin.calls_for("chat", rid)
         )
-        row.check(item.attempts == 1 and item.runs == 1, f"{item.describe()}: not once")
+        row.check_once(item)
     row.measured = (
-        f"{tally(Counter(str((i.body or {}).get('finish_reason')) for i in items))}; reported "
-        f"{spread(round(t, 1) for t in took)} s after init; conversation as of the last completed "
-        f"turn {row.counts['as of the last turn']}/{len(items)}"
+        f"{tally_field(items, 'finish_reason')}; reported {spread(round(t, 1) for t in took)} s "
+        f"after init; conversation as of the last completed turn "
+        f"{row.counts['as of the last turn']}/{len(items)}"
     )
-    say(f"   {row.measured}")
-    return row
-
-
-def run_local_deadline(rig: LocalRig, scale: Scale, say: Say = quiet) -> Row:
-    """Slow rollouts on the control rig, whose request timeout is ``LOCAL_REQUEST_TIMEOUT``."""
-    return asyncio.run(_local_deadline(rig, scale, say))
+    return row.shown(say)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import secrets
 from collections import Counter
 
 from rollout_sdk.testing.standin import Fault
@@ -18,7 +17,8 @@ from testkit.scenarios.base import (
     Row,
     Say,
     Scale,
-    delivery,
+    blocking,
+    fresh_ids,
     quiet,
     spread,
 )
@@ -36,8 +36,7 @@ async def _identical_inits(
         f"local: {inits_per_rollout} identical inits at once, and one after the report",
         f"1 run, 1 callback; {inits_per_rollout} identical 202 bodies",
     )
-    tag = secrets.token_hex(3)
-    ids = [f"dup-{tag}-{i:03d}" for i in range(scale.duplicate_rollouts)]
+    ids = fresh_ids("dup", scale.duplicate_rollouts, width=3)
     same_bodies = 0
     async with rig.client(inits_per_rollout + 8) as client:
         for rid in ids:
@@ -62,8 +61,7 @@ async def _identical_inits(
                 f"{rid}: a duplicate after the report answered {late.status_code}",
             )
         await asyncio.sleep(1.5)  # room for a second run or callback, had one been started
-    items = [delivery(rig.standin, rid) for rid in ids]
-    row.count(items)
+    items = row.count_rollouts(rig.standin, ids)
     for item in items:
         row.check(item.attempts == 1, f"{item.rollout_id}: {item.attempts} callbacks")
         row.check(item.runs == 1, f"{item.rollout_id}: {item.runs} runs")
@@ -76,8 +74,7 @@ async def _identical_inits(
         f"identical 202 bodies; runs {spread(i.runs for i in items)}, callbacks "
         f"{spread(i.attempts for i in items)} per rollout"
     )
-    say(f"   {row.measured}")
-    return row
+    return row.shown(say)
 
 
 async def _conflicting_key(rig: LocalRig, scale: Scale) -> Row:
@@ -85,19 +82,13 @@ async def _conflicting_key(rig: LocalRig, scale: Scale) -> Row:
         "local: the same idempotency key with a different request",
         "409 naming the fields that differ; nothing started",
     )
-    tag = secrets.token_hex(3)
-    ids: list[str] = []
+    ids = fresh_ids("key", scale.conflicts)
     refusals = 0
     async with rig.client() as client:
-        for n in range(scale.conflicts):
-            rid, other = f"key-{tag}-{n:02d}", f"key-{tag}-{n:02d}-other"
-            key = f"k-{tag}-{n}"
-            ids.append(rid)
-            first = rollout_body(rid, rig.traingate_url, idempotency_key=key)
-            row.check(
-                (await rig.post_init(client, first)).status_code == 202,
-                f"{rid}: first init refused",
-            )
+        for rid in ids:
+            other = f"{rid}-other"
+            first = rollout_body(rid, rig.traingate_url, idempotency_key=f"k-{rid}")
+            row.check(await rig.init_accepted(client, first), f"{rid}: first init refused")
             variants = {
                 ("metadata", "rollout_id"): {
                     **first,
@@ -122,15 +113,14 @@ async def _conflicting_key(rig: LocalRig, scale: Scale) -> Row:
                 row.counts["stored"] += 1
             await until(is_reported(rig.standin, rid), within=30, what=f"{rid} reported")
         await asyncio.sleep(1.0)
-    items = [delivery(rig.standin, rid) for rid in ids]
-    row.count(items)
+    items = row.count_rollouts(rig.standin, ids)
     for item in items:
         other = item.rollout_id + "-other"
         if not row.check(
             not rig.standin.calls_for("chat", other), f"{other}: run after its init got 409"
         ):
             row.counts["run"] += 1
-        row.check(item.runs == 1 and item.attempts == 1, f"{item.describe()}: not once")
+        row.check_once(item)
         row.check_failure(item, None)
     row.measured = (
         f"{refusals}/{2 * len(ids)} conflicting inits answered 409 naming the fields; "
@@ -145,20 +135,14 @@ async def _rollout_id_reused(rig: LocalRig, scale: Scale) -> Row:
         "local: the same rollout_id under another idempotency key (live, then reported)",
         "409 both times; the first rollout runs and reports once",
     )
-    tag = secrets.token_hex(3)
-    ids: list[str] = []
+    ids = fresh_ids("rid", scale.conflicts)
     refusals = 0
     async with rig.client() as client:
-        for n in range(scale.conflicts):
-            rid = f"rid-{tag}-{n:02d}"
-            ids.append(rid)
+        for rid in ids:
             first = rollout_body(rid, rig.traingate_url, idempotency_key=f"a-{rid}")
             first["metadata"].update(slow(4, 0.2))
             second = {**first, "idempotency_key": f"b-{rid}"}
-            row.check(
-                (await rig.post_init(client, first)).status_code == 202,
-                f"{rid}: first init refused",
-            )
+            row.check(await rig.init_accepted(client, first), f"{rid}: first init refused")
             live = await rig.post_init(client, second)
             record = await record_of(client, rid)
             row.check(
@@ -174,10 +158,9 @@ async def _rollout_id_reused(rig: LocalRig, scale: Scale) -> Row:
                 ):
                     refusals += 1
         await asyncio.sleep(1.0)
-    items = [delivery(rig.standin, rid) for rid in ids]
-    row.count(items)
+    items = row.count_rollouts(rig.standin, ids)
     for item in items:
-        row.check(item.runs == 1 and item.attempts == 1, f"{item.describe()}: not once")
+        row.check_once(item)
         row.check_failure(item, None)
     once = sum(i.runs == 1 and i.attempts == 1 for i in items)
     row.measured = (
@@ -186,14 +169,11 @@ async def _rollout_id_reused(rig: LocalRig, scale: Scale) -> Row:
     return row
 
 
-def run_duplicates(rig: LocalRig, scale: Scale, say: Say = quiet) -> list[Row]:
+@blocking
+async def run_duplicates(rig: LocalRig, scale: Scale, say: Say = quiet) -> list[Row]:
     """Identical inits, a reused key with a different request, a reused rollout_id."""
-
-    async def all_three() -> list[Row]:
-        return [
-            await _identical_inits(rig, scale, say),
-            await _conflicting_key(rig, scale),
-            await _rollout_id_reused(rig, scale),
-        ]
-
-    return asyncio.run(all_three())
+    return [
+        await _identical_inits(rig, scale, say),
+        await _conflicting_key(rig, scale),
+        await _rollout_id_reused(rig, scale),
+    ]

@@ -23,7 +23,7 @@ from testkit.scenarios.base import (
     Row,
     Say,
     Scale,
-    delivery,
+    blocking,
     quiet,
     spread,
     tally,
@@ -292,7 +292,9 @@ def _check_profile(
     return waited, backoff
 
 
-async def _fault_mix(rig: LocalRig, scale: Scale, say: Say) -> list[Row]:
+@blocking
+async def run_fault_mix(rig: LocalRig, scale: Scale, say: Say = quiet) -> list[Row]:
+    """Every fault profile, ``scale.per_profile`` rollouts each, all at once on one server."""
     standin = rig.standin
     timeout = scale.client_timeout
     tag = secrets.token_hex(3)
@@ -336,8 +338,7 @@ async def _fault_mix(rig: LocalRig, scale: Scale, say: Say) -> list[Row]:
     for profile in PROFILES:
         row = Row(profile.fault, profile.expected)
         mine = [rid for p, rid, _ in plan if p is profile]
-        items = [delivery(standin, rid) for rid in mine]
-        row.count(items)
+        items = row.count_rollouts(standin, mine)
         waits: list[float] = []
         gaps: list[float] = []
         attempts: list[int] = []
@@ -372,8 +373,3 @@ async def _fault_mix(rig: LocalRig, scale: Scale, say: Say) -> list[Row]:
         row.measured = "; ".join(measured)
         rows.append(row)
     return rows
-
-
-def run_fault_mix(rig: LocalRig, scale: Scale, say: Say = quiet) -> list[Row]:
-    """Every fault profile, ``scale.per_profile`` rollouts each, all at once on one server."""
-    return asyncio.run(_fault_mix(rig, scale, say))

@@ -25,7 +25,6 @@ from testkit.scenarios.base import (
     Say,
     Scale,
     ScenarioError,
-    delivery,
     quiet,
     tally,
 )
@@ -168,8 +167,7 @@ async def _kill_restart(rig: LocalRig, scale: Scale, say: Say) -> list[Row]:
         records.update(await records_of(client, everyone))
     for name, ids in groups.items():
         row = rows[name]
-        items = [delivery(standin, rid) for rid in ids]
-        row.count(items)
+        items = row.count_rollouts(standin, ids)
         statuses: Counter[str] = Counter()
         counts = row.counts
         for item in items:

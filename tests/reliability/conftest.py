@@ -14,6 +14,9 @@ import pytest
 from testkit.rigs import AwsRig, LocalRig, control_env, fault_env
 from testkit.scenarios.base import FAST
 
+# The rows' shared assertions (tests/reliability/rows.py) report their values as the tests' do.
+pytest.register_assert_rewrite("tests.reliability.rows")
+
 
 @pytest.fixture(scope="package")
 def fault_rig() -> Iterator[LocalRig]:

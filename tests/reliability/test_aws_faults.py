@@ -15,6 +15,8 @@ from testkit.scenarios.aws import (
 )
 from testkit.scenarios.base import FAST, Row
 
+from .rows import assert_reported_once
+
 pytestmark = pytest.mark.integration
 
 
@@ -22,17 +24,12 @@ def test_a_worker_event_delivered_twice_at_once_and_again_later_runs_once(
     aws_rig: AwsRig,
 ) -> None:
     row = run_aws_duplicate_deliveries(aws_rig, FAST)
-    assert row.ok, row.summary()
-    assert row.sent == row.reported == FAST.aws_deliveries
+    assert_reported_once(row, FAST.aws_deliveries)
     assert "1 done, 1 skipped, 1 late skipped" in row.measured
-    assert row.categories == {"none": row.sent}
 
 
 def test_identical_inits_across_environments_run_once(aws_rig: AwsRig) -> None:
-    row = run_aws_identical_inits(aws_rig, FAST)
-    assert row.ok, row.summary()
-    assert row.sent == row.reported == FAST.aws_init_rollouts
-    assert row.categories == {"none": row.sent}
+    assert_reported_once(run_aws_identical_inits(aws_rig, FAST), FAST.aws_init_rollouts)
 
 
 @pytest.fixture(scope="module")
@@ -51,33 +48,23 @@ def deaths(aws_rig: AwsRig) -> list[Row]:
     ],
 )
 def test_a_killed_worker_is_reported_once_and_not_run_again(deaths: list[Row], index: int) -> None:
-    row = deaths[index]
-    assert row.ok, row.summary()
-    assert row.sent == row.reported == FAST.aws_deaths
     # Mid-run (the record RUNNING): a worker lost; after storing its response: no failure.
-    assert row.categories == {("worker_lost" if index < 2 else "none"): FAST.aws_deaths}
+    assert_reported_once(deaths[index], FAST.aws_deaths, "worker_lost" if index < 2 else "none")
 
 
 def test_an_event_that_aged_out_is_reported_once_as_never_started(aws_rig: AwsRig) -> None:
     row = run_aws_aged_out(aws_rig, FAST)
-    assert row.ok, row.summary()
-    assert row.sent == row.reported == FAST.aws_deaths
-    assert row.categories == {"never_started": FAST.aws_deaths}
+    assert_reported_once(row, FAST.aws_deaths, "never_started")
     assert "late events 1 skipped" in row.measured
 
 
 def test_a_parked_response_is_redriven_once_even_by_two_redrives_at_once(
     aws_rig: AwsRig,
 ) -> None:
-    row = run_aws_parked_redrive(aws_rig, FAST)
-    assert row.ok, row.summary()
-    assert row.sent == row.reported == FAST.aws_parked
-    assert row.categories == {"none": row.sent}
+    assert_reported_once(run_aws_parked_redrive(aws_rig, FAST), FAST.aws_parked)
 
 
 def test_a_slow_agent_is_stopped_before_the_lambda_time_runs_out(aws_rig: AwsRig) -> None:
     row = run_aws_deadline(aws_rig, FAST)
-    assert row.ok, row.summary()
-    assert row.sent == row.reported == FAST.aws_deadlines
+    assert_reported_once(row, FAST.aws_deadlines, "timeout")
     assert "timeout" in row.measured
-    assert row.categories == {"timeout": FAST.aws_deadlines}

@@ -9,6 +9,8 @@ from testkit.rigs import LocalRig
 from testkit.scenarios.base import FAST, Row
 from testkit.scenarios.control import run_backpressure, run_cancel, run_local_deadline
 
+from .rows import assert_reported_once
+
 pytestmark = pytest.mark.integration
 
 
@@ -20,18 +22,13 @@ def cancelled(control_rig: LocalRig) -> list[Row]:
 def test_a_running_rollout_stops_before_its_next_turn_and_is_reported_once(
     cancelled: list[Row],
 ) -> None:
-    row = cancelled[0]
-    assert row.ok, row.summary()
-    assert row.sent == row.reported == FAST.control_running * FAST.cancel_rounds
-    assert row.categories == {"cancelled": row.sent}
+    assert_reported_once(cancelled[0], FAST.control_running * FAST.cancel_rounds, "cancelled")
 
 
 def test_a_queued_rollout_is_reported_cancelled_without_running(cancelled: list[Row]) -> None:
     row = cancelled[1]
-    assert row.ok, row.summary()
-    assert row.sent == row.reported == FAST.control_queued * FAST.cancel_rounds
+    assert_reported_once(row, FAST.control_queued * FAST.cancel_rounds, "cancelled")
     assert row.counts["chat calls"] == 0
-    assert row.categories == {"cancelled": row.sent}
     assert row.counts["unknown id 404"] == 1
 
 
@@ -47,10 +44,8 @@ def test_excess_inits_get_429_with_retry_after_and_every_rollout_is_reported_onc
 ) -> None:
     del cancelled  # after the cancel tests: both use the rig's only slots
     row = run_backpressure(control_rig, FAST)
-    assert row.ok, row.summary()
-    assert row.sent == row.reported == FAST.backpressure
+    assert_reported_once(row, FAST.backpressure)
     assert "x 429" in row.measured and not row.measured.startswith("0 x")
-    assert row.categories == {"none": row.sent}
 
 
 def test_a_rollout_past_the_request_timeout_is_stopped_and_reported_once_as_timeout(
@@ -58,7 +53,5 @@ def test_a_rollout_past_the_request_timeout_is_stopped_and_reported_once_as_time
 ) -> None:
     del cancelled  # after the cancel tests, which need the rig's slots free
     row = run_local_deadline(control_rig, FAST)
-    assert row.ok, row.summary()
-    assert row.sent == row.reported == FAST.control_running
+    assert_reported_once(row, FAST.control_running, "timeout")
     assert row.measured.startswith(f"{FAST.control_running} timeout")
-    assert row.categories == {"timeout": row.sent}
