@@ -12,7 +12,6 @@ holds each entry point to what it must not load).
 
 from __future__ import annotations
 
-import functools
 import importlib
 import os
 from collections.abc import Callable
@@ -48,71 +47,38 @@ register_snapstart_hooks(runtime)
 telemetry = runtime.telemetry
 
 
-def entry_point(function: LambdaFunction) -> Callable[[Handler], Handler]:
-    """Every entry point's Powertools context and metrics: the invocation's metrics carry
-    ``function``'s ``Function`` dimension and are written when it ends. ``log_event`` is pinned
-    off whatever POWERTOOLS_LOGGER_LOG_EVENT says: an init request, a direct worker event and a
-    failure destination's record all carry the callback key in clear, and logs are for many
-    readers."""
+def entry_point(function: LambdaFunction) -> Handler:
+    """``function``'s entry point: it hands each event to ``handle`` of the module of
+    :mod:`rollout_sdk.aws.handlers` for its event source (imported on the first call, unless at
+    the cold start below), within the invocation's metrics, which carry ``function``'s
+    ``Function`` dimension and are written when it ends, and Powertools' context. ``log_event``
+    is pinned off whatever POWERTOOLS_LOGGER_LOG_EVENT says: an init request, a direct worker
+    event and a failure destination's record all carry the callback key in clear, and logs are
+    for many readers."""
+    events = f"rollout_sdk.aws.handlers.{function.names.events}"
 
-    def wrap(handle: Handler) -> Handler:
-        @functools.wraps(handle)
-        def invoked(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-            with runtime.invocation(function.names.dimension):
-                return handle(event, context)
+    def invoked(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+        with runtime.invocation(function.names.dimension):
+            answer: dict[str, Any] = importlib.import_module(events).handle(runtime, event, context)
+            return answer
 
-        wrapped: Handler = logger.inject_lambda_context(invoked, clear_state=True, log_event=False)
-        return wrapped
-
-    return wrap
-
-
-@entry_point(LambdaFunction.API)
-def api(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """API function: init, health and platform health through Mangum."""
-    from rollout_sdk.aws.handlers import api as api_events
-
-    return api_events.handle(runtime, event, context)
+    invoked.__name__ = invoked.__qualname__ = function.names.entry
+    wrapped: Handler = logger.inject_lambda_context(invoked, clear_state=True, log_event=False)
+    return wrapped
 
 
-@entry_point(LambdaFunction.WORKER)
-def worker(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Worker function: run one rollout and call TrainGate back."""
-    from rollout_sdk.aws.handlers import worker as worker_events
-
-    return worker_events.handle(runtime, event, context)
-
-
-@entry_point(LambdaFunction.WORKER_FAILED)
-def worker_failed(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """The worker's on-failure destination: report the rollout once."""
-    from rollout_sdk.aws.handlers import failure
-
-    return failure.handle(runtime, event, context)
-
-
-@entry_point(LambdaFunction.REDRIVE)
-def redrive(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Scheduled: send undelivered final responses again."""
-    from rollout_sdk.aws.handlers import redrive as redrive_schedule
-
-    return redrive_schedule.handle(runtime, event, context)
-
-
-@entry_point(LambdaFunction.QUEUE_WORKER)
-def worker_batch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Queue hand-off: run a batch of rollouts from SQS together (partial-batch failures)."""
-    from rollout_sdk.aws.handlers import queue
-
-    return queue.handle(runtime, event, context)
-
-
-@entry_point(LambdaFunction.DEAD_LETTERS)
-def dead_letters(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Queue hand-off: report rollouts whose messages the queue gave up on."""
-    from rollout_sdk.aws.handlers import dead_letter
-
-    return dead_letter.handle(runtime, event, context)
+#: API function: init, health and platform health through Mangum.
+api = entry_point(LambdaFunction.API)
+#: Worker function: run one rollout and call TrainGate back.
+worker = entry_point(LambdaFunction.WORKER)
+#: The worker's on-failure destination: report the rollout once.
+worker_failed = entry_point(LambdaFunction.WORKER_FAILED)
+#: Scheduled: send undelivered final responses again.
+redrive = entry_point(LambdaFunction.REDRIVE)
+#: Queue hand-off: run a batch of rollouts from SQS together (partial-batch failures).
+worker_batch = entry_point(LambdaFunction.QUEUE_WORKER)
+#: Queue hand-off: report rollouts whose messages the queue gave up on.
+dead_letters = entry_point(LambdaFunction.DEAD_LETTERS)
 
 
 # The entry point this environment runs (Lambda sets _HANDLER to the template's Handler, e.g.

@@ -67,25 +67,33 @@ def serve_agent_loop(
         )
     try:
         # Here: the Lambda artifact leaves local/ out; only calling this needs it.
-        from rollout_sdk.local import server
+        from rollout_sdk.local.exposure import OPT_OUT_ARGUMENT, Exposure
+        from rollout_sdk.local.server import StoreChoice, run_server
     except ImportError as exc:
         raise ServeError(
             "the local server is not part of this deployment (the Lambda artifact leaves "
             "rollout_sdk/local out); run serve_agent_loop where the kit is installed"
         ) from exc
-    server.serve(
+    from rollout_sdk.agent.validation import validate_agent_loop
+
+    exposure = Exposure(
+        host,
+        port,
+        keyed=bool(api_key),
+        allow_unauthenticated=allow_unauthenticated,
+        allowed_hosts=tuple(allowed_hosts),
+    )
+    exposure.check(flag=OPT_OUT_ARGUMENT, key_hint="api_key=...")
+    validate_agent_loop(agent_loop).raise_if_invalid()
+    run_server(
         agent_loop,
-        host=host,
-        port=port,
-        api_key=api_key,
-        store=store,
+        exposure,
+        api_keys=[api_key] if api_key else [],
+        store=StoreChoice(store),
         state_dir=state_dir,
         settings=settings,
         debug_dir=debug_dir,
         log_level=log_level,
-        allow_unauthenticated=allow_unauthenticated,
-        allowed_hosts=allowed_hosts,
-        **ignored,
     )
 
 

@@ -6,25 +6,13 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
+from rollout_sdk._exports import EXPORTS
 from rollout_sdk.errors import ToolArgumentError
-from rollout_sdk.protocol import Message, normalize_stop
+from rollout_sdk.protocol import Message
+from rollout_sdk.protocol import normalize_stop as normalize_stop  # noqa: PLC0414 - re-exported
 
-__all__ = [
-    "count_messages_by_role",
-    "create_tool_error_result",
-    "create_tool_result",
-    "execute_tool_calls",
-    "get_message_content",
-    "get_message_role",
-    "get_tool_call_info",
-    "is_assistant_message",
-    "is_tool_message",
-    "is_user_message",
-    "normalize_stop",
-    "parse_tool_arguments",
-    "parse_tool_calls",
-    "serialize_tool_result",
-]
+#: Its public names, as the package lists them (:mod:`rollout_sdk._exports`).
+__all__ = list(EXPORTS[__name__])
 
 T = TypeVar("T")
 

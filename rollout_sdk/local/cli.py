@@ -22,7 +22,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
-        command.add_parser(sub)
+        subparser = sub.add_parser(command.NAME, help=command.HELP, description=command.DESCRIPTION)
+        command.add_arguments(subparser)
+        subparser.set_defaults(func=command.run)
     return parser
 
 

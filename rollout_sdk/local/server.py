@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Literal
 
 from rollout_sdk.errors import ServeError
 
@@ -305,7 +305,7 @@ def run_server(
     announce: Callable[[str], None] = lambda _line: None,
 ) -> None:
     """Serve ``agent_loop`` with uvicorn on ``exposure``'s address until interrupted: the one
-    path of ``rollout-sdk serve`` and of :func:`serve`. ``announce`` gets the start-up lines
+    path of ``rollout-sdk serve`` and of :func:`~rollout_sdk.serving.serve_agent_loop`. ``announce`` gets the start-up lines
     (where, which store, who may call; what a restart forgets).
 
     The caller has checked ``exposure`` (each words its opt-out its own way). Raises
@@ -344,50 +344,3 @@ def run_server(
             )
         except OSError as exc:
             raise ServeError(f"cannot serve on {exposure.host}:{exposure.port}: {exc}") from exc
-
-
-def serve(
-    agent_loop: RolloutAgentLoop,
-    *,
-    host: str,
-    port: int,
-    api_key: str | None = None,
-    store: StoreKind = "sqlite",
-    state_dir: str | Path = DEFAULT_STATE_DIR,
-    settings: RolloutSettings | None = None,
-    debug_dir: str | Path | None = None,
-    log_level: str = "info",
-    allow_unauthenticated: bool = False,
-    allowed_hosts: Iterable[str] = (),
-    **ignored: Any,
-) -> None:
-    """Validate ``agent_loop`` and serve it with uvicorn until interrupted (what v1's
-    :func:`~rollout_sdk.serving.serve_agent_loop` runs), by :func:`run_server`.
-
-    With no ``api_key`` it serves only on loopback unless ``allow_unauthenticated``
-    (:mod:`rollout_sdk.local.exposure`); a loopback server answers only to its own names and
-    ``allowed_hosts``. Raises AgentLoopValidationError for an invalid loop, ServeError when
-    the server cannot (or may not) start.
-    """
-    from rollout_sdk.agent.validation import validate_agent_loop
-    from rollout_sdk.local.exposure import OPT_OUT_ARGUMENT, Exposure
-
-    exposure = Exposure(
-        host,
-        port,
-        keyed=bool(api_key),
-        allow_unauthenticated=allow_unauthenticated,
-        allowed_hosts=tuple(allowed_hosts),
-    )
-    exposure.check(flag=OPT_OUT_ARGUMENT, key_hint="api_key=...")
-    validate_agent_loop(agent_loop).raise_if_invalid()
-    run_server(
-        agent_loop,
-        exposure,
-        api_keys=[api_key] if api_key else [],
-        store=StoreChoice(store),
-        state_dir=state_dir,
-        settings=settings,
-        debug_dir=debug_dir,
-        log_level=log_level,
-    )

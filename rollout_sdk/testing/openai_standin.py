@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,14 +86,8 @@ class OpenAIStandIn:
 
     def wait_for_requests(self, count: int, timeout: float) -> bool:
         """Block until ``count`` requests have arrived, or ``timeout`` passes."""
-        deadline = time.monotonic() + timeout
         with self._arrived:
-            while len(self.received) < count:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._arrived.wait(left)
-            return True
+            return self._arrived.wait_for(lambda: len(self.received) >= count, timeout)
 
     def _take(self) -> EndpointFault | None:
         with self._lock:

@@ -252,14 +252,8 @@ class TrainGateStandIn:
 
     def wait_for(self, count: int, timeout: float) -> bool:
         """Block until ``count`` rollouts have reported, or ``timeout`` passes."""
-        deadline = time.monotonic() + timeout
         with self._changed:
-            while len(self.completions) < count:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._changed.wait(remaining)
-            return True
+            return self._changed.wait_for(lambda: len(self.completions) >= count, timeout)
 
     def calls_for(self, endpoint: str, rollout_id: str) -> list[Call]:
         """Every call of ``endpoint`` ("chat" or "completed") for ``rollout_id``, in the order

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import rollout_sdk
+from rollout_sdk._exports import EXPORTS
 from testkit.imports import AUTHOR_IMPORT, SERVER_MODULES, probe_import
 
 from .test_v1_surface import V1_ALL
@@ -56,8 +57,10 @@ def test_the_type_checking_imports_match_the_lazy_map() -> None:
             for statement in node.body:
                 assert isinstance(statement, ast.ImportFrom)
                 for alias in statement.names:
+                    # ``X as X``: the explicit re-export type checkers need (__all__ is computed).
+                    assert alias.asname == alias.name, alias.name
                     seen[alias.name] = str(statement.module)
-    mapped = {n: m for m, names in rollout_sdk._EXPORTS.items() for n in names}
+    mapped = {n: m for m, names in EXPORTS.items() for n in names}
     assert seen == mapped
     assert sorted(mapped) == sorted(rollout_sdk.__all__)
 
@@ -82,7 +85,11 @@ def test_naming_the_client_and_the_network_helpers_loads_no_http_stack() -> None
 def test_importing_the_package_alone_loads_none_of_its_modules() -> None:
     probe = probe_import("import rollout_sdk")
     assert probe.ok, probe.error
-    assert probe.loaded(["rollout_sdk"]) == ["rollout_sdk", "rollout_sdk._lazy"]
+    assert probe.loaded(["rollout_sdk"]) == [
+        "rollout_sdk",
+        "rollout_sdk._exports",
+        "rollout_sdk._lazy",
+    ]
     assert probe.loaded(["pydantic"]) == []
 
 

@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 DEFAULT_AGENT = "examples.calculator.agent:agent_loop"
 DEFAULT_DATASET = "examples/calculator/dataset.jsonl"
 
+NAME = "demo"
+HELP = "run the example agent end to end on this machine"
+DESCRIPTION = (
+    "Start the local server and a TrainGate stand-in with a scripted model on free "
+    "loopback ports, run every row of the dataset as a rollout, print a progress bar and "
+    "a summary, and stop both. With --base-url, the rows go to that real endpoint "
+    "instead, by the path of `rollout-sdk test`; either way the runner and the summary "
+    "are test's."
+)
 
-def add_parser(sub: Any) -> None:
+
+def add_arguments(demo: argparse.ArgumentParser) -> None:
     """``demo``'s options."""
-    demo = sub.add_parser(
-        "demo",
-        help="run the example agent end to end on this machine",
-        description=(
-            "Start the local server and a TrainGate stand-in with a scripted model on free "
-            "loopback ports, run every row of the dataset as a rollout, print a progress bar and "
-            "a summary, and stop both. With --base-url, the rows go to that real endpoint "
-            "instead, by the path of `rollout-sdk test`; either way the runner and the summary "
-            "are test's."
-        ),
-    )
     demo.add_argument(
         "--agent",
         default=DEFAULT_AGENT,
@@ -75,7 +73,6 @@ def add_parser(sub: Any) -> None:
         help="with --base-url: the endpoint's API key (default: OPENAI_API_KEY). A key on the "
         "command line is visible to other users in the process list: prefer OPENAI_API_KEY",
     )
-    demo.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,20 +10,19 @@ from urllib.parse import urlsplit
 
 from rollout_sdk.local.commands.common import fail
 
+NAME = "invoke"
+HELP = "run a Lambda handler on an event file, without a container engine"
+DESCRIPTION = (
+    "Run a function of template.yaml on an event file the way `sam local invoke` does: "
+    "the function's environment is resolved from the template and set in this "
+    "process's environment (over variables of the same name), handler.py is imported "
+    "in this process, and AWS is an embedded moto server on 127.0.0.1 (started and "
+    "stopped by this command) unless --endpoint is given. Prints the handler's result."
+)
 
-def add_parser(sub: Any) -> None:
+
+def add_arguments(invoke: argparse.ArgumentParser) -> None:
     """``invoke``'s options."""
-    invoke = sub.add_parser(
-        "invoke",
-        help="run a Lambda handler on an event file, without a container engine",
-        description=(
-            "Run a function of template.yaml on an event file the way `sam local invoke` does: "
-            "the function's environment is resolved from the template and set in this "
-            "process's environment (over variables of the same name), handler.py is imported "
-            "in this process, and AWS is an embedded moto server on 127.0.0.1 (started and "
-            "stopped by this command) unless --endpoint is given. Prints the handler's result."
-        ),
-    )
     invoke.add_argument(
         "function",
         metavar="FUNCTION",
@@ -70,7 +69,6 @@ def add_parser(sub: Any) -> None:
             "TrainGate on 127.0.0.1 must be named here (e.g. 127.0.0.1:8081 for events/init.json)"
         ),
     )
-    invoke.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,25 +5,23 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from rollout_sdk.local.commands.common import fail
 from rollout_sdk.local.server import DEFAULT_STATE_DIR, SQLITE_FILE
 
+NAME = "redrive"
+HELP = "send undelivered final responses again, once"
+DESCRIPTION = (
+    "One re-drive pass over the local server's store: every final response whose "
+    "callbacks all failed and whose next attempt is due is sent again (with the callback "
+    "key sealed in the state folder). Safe while the server runs: a response being sent "
+    "by one is skipped by the other. On AWS the scheduled RedriveFunction does this; "
+    "run it by hand with `aws lambda invoke --function-name <RedriveFunction> out.json`."
+)
 
-def add_parser(sub: Any) -> None:
+
+def add_arguments(redrive: argparse.ArgumentParser) -> None:
     """``redrive``'s options."""
-    redrive = sub.add_parser(
-        "redrive",
-        help="send undelivered final responses again, once",
-        description=(
-            "One re-drive pass over the local server's store: every final response whose "
-            "callbacks all failed and whose next attempt is due is sent again (with the callback "
-            "key sealed in the state folder). Safe while the server runs: a response being sent "
-            "by one is skipped by the other. On AWS the scheduled RedriveFunction does this; "
-            "run it by hand with `aws lambda invoke --function-name <RedriveFunction> out.json`."
-        ),
-    )
     redrive.add_argument(
         "--state-dir",
         default=str(DEFAULT_STATE_DIR),
@@ -33,7 +31,6 @@ def add_parser(sub: Any) -> None:
     redrive.add_argument(
         "--limit", type=int, default=1000, help="responses to send at most (default 1000)"
     )
-    redrive.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,23 +4,21 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from rollout_sdk.local.commands.common import fail, secret
 
+NAME = "register"
+HELP = "register a deployed server's URL with the platform"
+DESCRIPTION = (
+    "Check GET {url}/platform/health with the server key, then register the URL with the "
+    "platform (POST {platform}/api/cli/rollout-server/register), printing exactly what is "
+    "sent with the keys masked. Exit 0 when registered healthy, 2 when registered but "
+    "reported unhealthy, 1 on any error."
+)
 
-def add_parser(sub: Any) -> None:
+
+def add_arguments(register: argparse.ArgumentParser) -> None:
     """``register``'s options."""
-    register = sub.add_parser(
-        "register",
-        help="register a deployed server's URL with the platform",
-        description=(
-            "Check GET {url}/platform/health with the server key, then register the URL with the "
-            "platform (POST {platform}/api/cli/rollout-server/register), printing exactly what is "
-            "sent with the keys masked. Exit 0 when registered healthy, 2 when registered but "
-            "reported unhealthy, 1 on any error."
-        ),
-    )
     register.add_argument("--url", required=True, help="the stack's ApiUrl output")
     register.add_argument(
         "--api-key",
@@ -41,7 +39,6 @@ def add_parser(sub: Any) -> None:
         "--platform-url",
         help="platform base URL (default OSMOSIS_PLATFORM_URL or https://platform.osmosis.ai)",
     )
-    register.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

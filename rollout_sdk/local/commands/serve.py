@@ -4,28 +4,26 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from rollout_sdk.local.commands.common import fail, secret
 from rollout_sdk.local.server import DEFAULT_STATE_DIR, SQLITE_FILE
 
+NAME = "serve"
+HELP = "run the local rollout server"
+DESCRIPTION = (
+    "Run the local rollout server: the same app and worker code as on Lambda, in one "
+    "process, behind uvicorn. Settings come from the OSMOSIS_ROLLOUT_* and "
+    "ROLLOUT_SDK_* environment variables (see the README). The server calls TrainGate "
+    "at public, loopback and private addresses, never link-local ones (cloud metadata) "
+    "unless ROLLOUT_SDK_ALLOW_LINK_LOCAL=true, and only the hosts in "
+    "ROLLOUT_SDK_ALLOWED_SERVER_HOSTS when it is set: an init naming another is a 422 "
+    "(docs/security.md). Init bodies are held to ROLLOUT_SDK_MAX_BODY_BYTES and to "
+    "counts checked before parsing (413), answers to ROLLOUT_SDK_MAX_ANSWER_BYTES."
+)
 
-def add_parser(sub: Any) -> None:
+
+def add_arguments(serve: argparse.ArgumentParser) -> None:
     """``serve``'s options: what it serves, who may call it, its store, uvicorn's knobs."""
-    serve = sub.add_parser(
-        "serve",
-        help="run the local rollout server",
-        description=(
-            "Run the local rollout server: the same app and worker code as on Lambda, in one "
-            "process, behind uvicorn. Settings come from the OSMOSIS_ROLLOUT_* and "
-            "ROLLOUT_SDK_* environment variables (see the README). The server calls TrainGate "
-            "at public, loopback and private addresses, never link-local ones (cloud metadata) "
-            "unless ROLLOUT_SDK_ALLOW_LINK_LOCAL=true, and only the hosts in "
-            "ROLLOUT_SDK_ALLOWED_SERVER_HOSTS when it is set: an init naming another is a 422 "
-            "(docs/security.md). Init bodies are held to ROLLOUT_SDK_MAX_BODY_BYTES and to "
-            "counts checked before parsing (413), answers to ROLLOUT_SDK_MAX_ANSWER_BYTES."
-        ),
-    )
     # One of the two: an agent loop of your own, or the MCPAgentLoop of an MCP folder.
     served = serve.add_mutually_exclusive_group(required=True)
     served.add_argument(
@@ -42,7 +40,6 @@ def add_parser(sub: Any) -> None:
     _add_access(serve)
     _add_store(serve)
     _add_running(serve)
-    serve.set_defaults(func=run)
 
 
 def _add_access(serve: argparse.ArgumentParser) -> None:

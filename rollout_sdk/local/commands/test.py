@@ -4,24 +4,22 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+
+NAME = "test"
+HELP = "run an agent over a dataset against a real OpenAI-compatible model"
+DESCRIPTION = (
+    "Run an agent loop over the rows of a dataset against a real model, through the "
+    "kit's own server and worker: a local TrainGate on 127.0.0.1 forwards each chat "
+    "call to an OpenAI-compatible endpoint (OpenAI by default; vLLM, SGLang, Ollama or "
+    "a LiteLLM proxy with --base-url). Rows are .jsonl, .csv or .parquet with the "
+    "columns system_prompt, user_prompt and ground_truth (any case); other columns go "
+    "into the metadata (or, as in the demo's dataset, 'messages' and 'metadata'). Exit 0 when every row completed, 1 when one failed (or the run "
+    "could not start), 2 for bad options."
+)
 
 
-def add_parser(sub: Any) -> None:
+def add_arguments(test: argparse.ArgumentParser) -> None:
     """``test``'s options: the agent and the rows, the endpoint, the run, the output."""
-    test = sub.add_parser(
-        "test",
-        help="run an agent over a dataset against a real OpenAI-compatible model",
-        description=(
-            "Run an agent loop over the rows of a dataset against a real model, through the "
-            "kit's own server and worker: a local TrainGate on 127.0.0.1 forwards each chat "
-            "call to an OpenAI-compatible endpoint (OpenAI by default; vLLM, SGLang, Ollama or "
-            "a LiteLLM proxy with --base-url). Rows are .jsonl, .csv or .parquet with the "
-            "columns system_prompt, user_prompt and ground_truth (any case); other columns go "
-            "into the metadata (or, as in the demo's dataset, 'messages' and 'metadata'). Exit 0 when every row completed, 1 when one failed (or the run "
-            "could not start), 2 for bad options."
-        ),
-    )
     agent = test.add_mutually_exclusive_group()
     agent.add_argument(
         "-m",
@@ -53,7 +51,6 @@ def add_parser(sub: Any) -> None:
     _add_endpoint(test)
     _add_run(test)
     _add_output(test)
-    test.set_defaults(func=run)
 
 
 def _add_endpoint(test: argparse.ArgumentParser) -> None:

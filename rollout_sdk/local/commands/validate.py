@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from rollout_sdk.local.commands.common import fail
 
+NAME = "validate"
+HELP = "check an agent loop"
+DESCRIPTION = (
+    "Check an agent loop's name, tools and run method. Exit 0 when valid, 1 with "
+    "each error's code and message otherwise."
+)
 
-def add_parser(sub: Any) -> None:
+
+def add_arguments(validate: argparse.ArgumentParser) -> None:
     """``validate``'s options."""
-    validate = sub.add_parser(
-        "validate",
-        help="check an agent loop",
-        description="Check an agent loop's name, tools and run method. Exit 0 when valid, 1 with "
-        "each error's code and message otherwise.",
-    )
     validate.add_argument("agent", metavar="MODULE:ATTR", help="the agent loop to check")
     validate.add_argument("-v", "--verbose", action="store_true", help="say so when all is well")
-    validate.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
