@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import httpx
+from fastapi import FastAPI
 
 from rollout_sdk.agent.loop import RolloutAgentLoop, RolloutContext, RolloutResult
 from rollout_sdk.dispatch.base import Job
 from rollout_sdk.errors import DispatchError
+from rollout_sdk.http.app import create_app
 from rollout_sdk.protocol import (
     InitResponse,
     Message,
@@ -22,6 +25,7 @@ from rollout_sdk.protocol import (
     OpenAIFunctionToolSchema,
     RolloutRequest,
 )
+from rollout_sdk.store.memory import MemoryStore
 from rollout_sdk.store.record import RolloutRecord
 
 TRAINGATE = "http://traingate.test/base"
@@ -145,6 +149,33 @@ class RecordingDispatcher:
 
     async def aclose(self) -> None:
         self.closed = True
+
+
+@dataclass
+class AppServer:
+    """The app of ``create_app`` through ``httpx.ASGITransport``: an :class:`EchoAgent`, its jobs
+    recorded (:class:`RecordingDispatcher`), its records in a ``MemoryStore``."""
+
+    app: FastAPI
+    http: httpx.AsyncClient
+    dispatcher: RecordingDispatcher
+    store: MemoryStore
+
+
+ServerT = TypeVar("ServerT", bound=AppServer)
+
+
+async def serve_app(
+    kind: type[ServerT], *, root_path: str = "", **options: Any
+) -> AsyncIterator[ServerT]:
+    """A ``kind`` of :class:`AppServer` for the app ``create_app`` makes with ``options``."""
+    dispatcher = RecordingDispatcher()
+    store = MemoryStore()
+    app = create_app(EchoAgent(), store=store, dispatcher=dispatcher, **options)
+    transport = httpx.ASGITransport(app=app, root_path=root_path)
+    base_url = "http://rollout.test" + root_path
+    async with httpx.AsyncClient(transport=transport, base_url=base_url) as http:
+        yield kind(app, http, dispatcher, store)
 
 
 class FakeSleep:
