@@ -14,6 +14,7 @@ from fastapi import FastAPI
 
 from rollout_sdk.agent.loop import RolloutAgentLoop, RolloutContext, RolloutResult
 from rollout_sdk.dispatch.base import Job
+from rollout_sdk.engine.assembly import Engine
 from rollout_sdk.errors import DispatchError
 from rollout_sdk.http.app import create_app
 from rollout_sdk.protocol import (
@@ -25,8 +26,12 @@ from rollout_sdk.protocol import (
     OpenAIFunctionToolSchema,
     RolloutRequest,
 )
+from rollout_sdk.settings import RolloutClientSettings, load_settings
+from rollout_sdk.store.base import Store
 from rollout_sdk.store.memory import MemoryStore
 from rollout_sdk.store.record import RolloutRecord
+from rollout_sdk.telemetry import NO_TELEMETRY, Telemetry
+from rollout_sdk.traingate.client import TrainGateClient
 
 TRAINGATE = "http://traingate.test/base"
 
@@ -246,3 +251,31 @@ def responses(*codes: int, body: Callable[[], dict[str, Any]] | None = None) -> 
         httpx.Response(code, json=make()) if 200 <= code < 300 else httpx.Response(code)
         for code in codes
     ]
+
+
+def quiet_client(gate: FakeTrainGate, *, telemetry: Telemetry = NO_TELEMETRY) -> TrainGateClient:
+    """A TrainGate client calling ``gate`` that never retries (and never really sleeps)."""
+    return TrainGateClient(
+        RolloutClientSettings(max_retries=0, complete_rollout_retries=0),
+        transport=gate.transport,
+        sleep=FakeSleep(),
+        telemetry=telemetry,
+    )
+
+
+def engine_for(
+    gate: FakeTrainGate,
+    *,
+    store: Store | None = None,
+    telemetry: Telemetry = NO_TELEMETRY,
+    **given: Any,
+) -> Engine:
+    """An ``Engine`` over ``store`` (a fresh ``MemoryStore``) and fresh settings, reporting to
+    ``gate`` through a :func:`quiet_client`; ``given`` goes to ``Engine.build`` as it is."""
+    return Engine.build(
+        store=store if store is not None else MemoryStore(),
+        client=quiet_client(gate, telemetry=telemetry),
+        settings=load_settings(),
+        telemetry=telemetry,
+        **given,
+    )
