@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import os
 import subprocess
 import sys
 import threading
@@ -29,17 +28,7 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
-from bench.common import (
-    MIB,
-    Figure,
-    child_env,
-    emit_result,
-    parse_result,
-    peak_rss,
-    report_and_exit,
-    rss,
-)
-from bench.common import reset_peak_rss as reset_peak
+from bench.common import MIB, Figure, PeakIncrease, emit_result, report_and_exit, run_child
 
 GOAL_PEAK_MIB = 64.0
 CONTENT_BYTES = 150 * 1000 * 1000
@@ -119,9 +108,7 @@ async def _calls(url: str, capped: bool) -> dict[str, Any]:
     body = {"rollout_id": "answer-cap", "messages": [{"role": "user", "content": "hi"}]}
     await client.chat(url + "/warm", body, api_key=None)
     gc.collect()
-    pid = os.getpid()
-    reset = reset_peak(pid)
-    before = rss(pid)
+    peak = PeakIncrease()
     cpu, own = time.process_time(), time.thread_time()
     try:
         await client.chat(url, body, api_key=None)
@@ -129,9 +116,15 @@ async def _calls(url: str, capped: bool) -> dict[str, Any]:
     except Exception as exc:  # the outcome is reported, not judged here
         outcome = type(exc).__name__
     cpu, own = time.process_time() - cpu, time.thread_time() - own
-    peak = (peak_rss(pid) - before) / MIB
+    peak_mib = peak.mib()
     await client.aclose()
-    return {"outcome": outcome, "peak": peak, "cpu": cpu, "client_cpu": own, "peak_reset": reset}
+    return {
+        "outcome": outcome,
+        "peak": peak_mib,
+        "cpu": cpu,
+        "client_cpu": own,
+        "peak_reset": peak.reset,
+    }
 
 
 def measure(case: str, mode: str) -> dict[str, Any]:
@@ -149,20 +142,12 @@ def run_case(case: str, runs: int) -> dict[str, Any]:
         peaks: dict[str, float] = {}
         for mode in MODES:
             try:
-                done = subprocess.run(  # noqa: S603 - a fixed argv list, no shell
-                    [sys.executable, "-m", "bench.answer_cap", "--child", case, mode],
-                    capture_output=True,
-                    text=True,
-                    env=child_env(),
-                    timeout=CHILD_TIMEOUT,
-                    check=False,
-                )
-                result = parse_result(done.stdout)
+                result = run_child("bench.answer_cap", "--child", case, mode, timeout=CHILD_TIMEOUT)
             except subprocess.TimeoutExpired:
                 failures.append(f"{case} {mode}: the child took longer than {CHILD_TIMEOUT} s")
                 continue
-            except ValueError:
-                failures.append(f"{case} {mode}: the child failed: {done.stderr.strip()[-300:]}")
+            except ValueError as exc:
+                failures.append(f"{case} {mode}: {exc}")
                 continue
             outcomes[mode].add(result["outcome"])
             peaks[mode] = result["peak"]

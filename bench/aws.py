@@ -59,13 +59,16 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.common import Figure, emit_result, median, parse_result
 from bench.throughput import standin_thread
 from testkit import REPO_ROOT
 from testkit.aws import fake_aws_env
 from testkit.processes import DEFAULT_AGENT
+
+if TYPE_CHECKING:
+    from rollout_sdk.local.emulator import LocalResources
 
 SERVER_KEY = "local-server-key"  # what events/*.json send
 CALLBACK_KEY = "sample-callback-key"
@@ -85,25 +88,33 @@ def init_event(rollout_id: str, server_url: str) -> dict[str, Any]:
     return event
 
 
+def provision_stack(endpoint_url: str, prefix: str) -> LocalResources:
+    """template.yaml's resources on moto's server at ``endpoint_url``, named after ``prefix``,
+    for the default agent loop and :data:`SERVER_KEY`."""
+    from rollout_sdk.local.emulator import provision
+
+    return provision(
+        endpoint_url,
+        template_path=TEMPLATE,
+        agent_loop=DEFAULT_AGENT,
+        server_key=SERVER_KEY,
+        prefix=prefix,
+    )
+
+
 # ---------------------------------------------------------------- requests per rollout
 
 
 def count_requests(runs: int) -> dict[str, Any]:
     """``runs`` + 1 rollouts through handler.api and handler.worker, each request named."""
-    from rollout_sdk.local.emulator import EmbeddedMoto, load_template, provision
+    from rollout_sdk.local.emulator import EmbeddedMoto, load_template
     from rollout_sdk.local.invoke import function_environment, import_handler, invoke
     from rollout_sdk.testing.standin import LOOPBACK_TRAINGATE
 
     rollouts: list[dict[str, Any]] = []
     failures: list[str] = []
     with EmbeddedMoto() as moto, standin_thread(CALLBACK_KEY) as (standin, _, url):
-        resources = provision(
-            moto.endpoint_url,
-            template_path=TEMPLATE,
-            agent_loop=DEFAULT_AGENT,
-            server_key=SERVER_KEY,
-            prefix="bench-requests",
-        )
+        resources = provision_stack(moto.endpoint_url, "bench-requests")
         env = function_environment(
             load_template(TEMPLATE), "ApiFunction", resources, LOOPBACK_TRAINGATE
         )
@@ -409,7 +420,7 @@ def cold_start(runs: int, python_name: str = "python3.13", *, build: bool = True
     worker's first chat call, each in the three :data:`COLD_MODES`, on ``python_name`` with the
     Lambda artifact. ``not_measured`` says why nothing was."""
     from bench.package import runtime_boto3
-    from rollout_sdk.local.emulator import EmbeddedMoto, load_template, provision
+    from rollout_sdk.local.emulator import EmbeddedMoto, load_template
     from rollout_sdk.local.invoke import function_environment
     from rollout_sdk.testing.standin import LOOPBACK_TRAINGATE
 
@@ -441,13 +452,7 @@ def cold_start(runs: int, python_name: str = "python3.13", *, build: bool = True
     ):
         workdir = Path(tmp)
         folders = mode_folders(BUILD_DIR / ARTIFACT_FUNCTION, boto3_dir, workdir)
-        resources = provision(
-            moto.endpoint_url,
-            template_path=TEMPLATE,
-            agent_loop=DEFAULT_AGENT,
-            server_key=SERVER_KEY,
-            prefix="bench-cold",
-        )
+        resources = provision_stack(moto.endpoint_url, "bench-cold")
         # _HANDLER as Lambda sets it (handler.py imports that entry point's module at once).
         api_vars = {
             **function_environment(template, "ApiFunction", resources, LOOPBACK_TRAINGATE),

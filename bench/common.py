@@ -8,6 +8,7 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -90,6 +91,20 @@ def reset_peak_rss(pid: int) -> bool:
     except OSError:
         return False
     return True
+
+
+class PeakIncrease:
+    """How far this process's peak RSS rises from now on: its peak is reset to the current RSS
+    first, and :attr:`reset` says whether the kernel allowed that."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.reset = reset_peak_rss(self.pid)
+        self.before = rss(self.pid)
+
+    def mib(self) -> float:
+        """The peak so far, above the RSS at the start, in MiB."""
+        return (peak_rss(self.pid) - self.before) / MIB
 
 
 def cpu_seconds(pid: int) -> float:
@@ -199,3 +214,20 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a bench subprocess: fake AWS (:mod:`testkit.aws`), none of the outer
     shell's kit settings, and this repository on ``PYTHONPATH``; then ``extra``."""
     return fake_aws_env({"PYTHONPATH": str(REPO_ROOT), **(extra or {})}, clean=True)
+
+
+def run_child(module: str, *args: str, timeout: float) -> Any:
+    """The report line of ``python -m MODULE ARGS`` run fresh in :func:`child_env`; ValueError
+    ending with its stderr's end when it printed none (TimeoutExpired past ``timeout``)."""
+    done = subprocess.run(  # noqa: S603 - a fixed argv list, no shell
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=timeout,
+        check=False,
+    )
+    try:
+        return parse_result(done.stdout)
+    except ValueError:
+        raise ValueError(f"the child failed: {done.stderr.strip()[-300:]}") from None

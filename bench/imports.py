@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.common import Figure, child_env, emit_result
+from bench.common import Figure, child_env, report_and_exit
 from testkit.imports import AUTHOR_IMPORT, SERVER_MODULES, probe_import
 
 BASELINE_IMPORT = "from pydantic import BaseModel"
@@ -75,15 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     run = run_imports(args.runs)
     report = run.to_json()
     ratio = report["ratio"]["median"]
-    print(
+    summary = (
         f"author import {report['author_ms']['median']} ms, baseline "
         f"{report['baseline_ms']['median']} ms: {ratio}x (goal at most {GOAL_RATIO:g}x; median "
         f"of {len(run.author_ms)} fresh-process pairs); server modules loaded: "
-        f"{', '.join(run.server_modules) or 'none'}",
-        file=sys.stderr,
+        f"{', '.join(run.server_modules) or 'none'}"
     )
-    emit_result(report)
-    return 1 if run.failures else 0
+    return report_and_exit(report, [summary])
 
 
 if __name__ == "__main__":

@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,17 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import (
-    MIB,
-    Figure,
-    child_env,
-    emit_result,
-    parse_result,
-    peak_rss,
-    report_and_exit,
-    rss,
-)
-from bench.common import reset_peak_rss as reset_peak
+from bench.common import MIB, Figure, PeakIncrease, emit_result, report_and_exit, run_child
 from testkit.asgi import http_scope
 from testkit.bodies import calculator_body
 
@@ -153,9 +141,7 @@ def measure(path: Path) -> dict[str, Any]:
     )
     asyncio.run(_post(app, _body(rollout_id="warm-up")))
     body = path.read_bytes()
-    pid = os.getpid()
-    reset = reset_peak(pid)
-    before = rss(pid)
+    peak = PeakIncrease()
     started = time.process_time()
     status = asyncio.run(_post(app, body))
     cpu = time.process_time() - started
@@ -163,8 +149,8 @@ def measure(path: Path) -> dict[str, Any]:
         "status": status,
         "body_bytes": len(body),
         "cpu_seconds": cpu,
-        "peak_increase_mib": (peak_rss(pid) - before) / MIB,
-        "peak_reset": reset,
+        "peak_increase_mib": peak.mib(),
+        "peak_reset": peak.reset,
     }
 
 
@@ -179,18 +165,10 @@ def run_case(name: str, runs: int) -> dict[str, Any]:
         size = len(body)
         del body
         for _ in range(runs):
-            done = subprocess.run(  # noqa: S603 - a fixed argv list, no shell
-                [sys.executable, "-m", "bench.parse_cost", "--child", str(path)],
-                capture_output=True,
-                text=True,
-                env=child_env(),
-                timeout=120,
-                check=False,
-            )
             try:
-                result = parse_result(done.stdout)
-            except ValueError:
-                failures.append(f"{name}: the child failed: {done.stderr.strip()[-300:]}")
+                result = run_child("bench.parse_cost", "--child", str(path), timeout=120)
+            except ValueError as exc:
+                failures.append(f"{name}: {exc}")
                 continue
             statuses.add(result["status"])
             cpu.runs.append(result["cpu_seconds"])

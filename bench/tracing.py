@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.common import Figure, child_env, emit_result
+from bench.common import Figure, child_env, report_and_exit
 from testkit import REPO_ROOT
 from testkit.imports import probe_import
 
@@ -127,16 +127,14 @@ def main(argv: list[str] | None = None) -> int:
     run = run_tracing(args.runs)
     report = run.to_json()
     whole = report["whole"]
-    print(
+    summary = (
         f"tracing on adds {report['added_ms']['median']} ms to the cold start (the kit's tracer "
         f"built after `import handler`; median of {len(run.added_ms)} fresh processes); whole "
         f"`import handler`: {whole['off_ms']['median']} ms off, {whole['on_ms']['median']} ms on "
         f"(difference {whole['difference_ms']['median']} ms, within the import's noise); X-Ray "
-        f"SDK loaded: {run.xray_loaded}",
-        file=sys.stderr,
+        f"SDK loaded: {run.xray_loaded}"
     )
-    emit_result(report)
-    return 1 if run.failures else 0
+    return report_and_exit(report, [summary])
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import pytest
 
 from rollout_sdk.local.emulator import LocalResources, load_template, provision
 from rollout_sdk.local.invoke import function_environment, import_handler
+from rollout_sdk.store.dynamodb import DynamoDBStore
 from rollout_sdk.testing.standin import LOOPBACK_TRAINGATE, TrainGateStandIn
 from rollout_sdk.testing.threads import ServerThread
 
@@ -44,6 +45,14 @@ def standin() -> Iterator[tuple[TrainGateStandIn, str]]:
     traingate = TrainGateStandIn(callback_key=CALLBACK_KEY)
     with ServerThread(traingate.app) as server:
         yield traingate, server.url
+
+
+@pytest.fixture
+def store(handler: Any) -> DynamoDBStore:
+    """The store of :func:`handler`'s runtime: DynamoDB, on the stack's table."""
+    store = handler.runtime.store
+    assert isinstance(store, DynamoDBStore)
+    return store
 
 
 @pytest.fixture

@@ -183,15 +183,27 @@ def _batch(action: str) -> Rule:
     return lambda call: [Need(action, table_arn(t), call.name) for t in call.params["RequestItems"]]
 
 
+def _named_alike(
+    service: str, resource: Callable[[Call], str], *operations: str
+) -> dict[tuple[str, str], Rule]:
+    """The rules of operations AWS checks as the action of their own name (``s3:GetObject``
+    for ``GetObject``), on one resource of the call."""
+    return {(service, op): _on(f"{service}:{op}", resource) for op in operations}
+
+
 #: Each operation a function may call, and the IAM actions AWS checks for it (on which resource).
 #: An operation missing here fails the test: add it, with what AWS documents it needs.
 OPERATIONS: dict[tuple[str, str], Rule] = {
-    ("dynamodb", "GetItem"): _on("dynamodb:GetItem", _table_or_index),
-    ("dynamodb", "PutItem"): _on("dynamodb:PutItem", _table_or_index),
-    ("dynamodb", "UpdateItem"): _on("dynamodb:UpdateItem", _table_or_index),
-    ("dynamodb", "DeleteItem"): _on("dynamodb:DeleteItem", _table_or_index),
-    ("dynamodb", "Query"): _on("dynamodb:Query", _table_or_index),
-    ("dynamodb", "Scan"): _on("dynamodb:Scan", _table_or_index),
+    **_named_alike(
+        "dynamodb",
+        _table_or_index,
+        "GetItem",
+        "PutItem",
+        "UpdateItem",
+        "DeleteItem",
+        "Query",
+        "Scan",
+    ),
     ("dynamodb", "TransactWriteItems"): _transaction(
         {
             "Put": "dynamodb:PutItem",
@@ -203,24 +215,23 @@ OPERATIONS: dict[tuple[str, str], Rule] = {
     ("dynamodb", "TransactGetItems"): _transaction({"Get": "dynamodb:GetItem"}),
     ("dynamodb", "BatchGetItem"): _batch("dynamodb:BatchGetItem"),
     ("dynamodb", "BatchWriteItem"): _batch("dynamodb:BatchWriteItem"),
-    ("s3", "PutObject"): _on("s3:PutObject", _object),
-    ("s3", "GetObject"): _on("s3:GetObject", _object),
+    **_named_alike("s3", _object, "PutObject", "GetObject", "DeleteObject"),
     ("s3", "HeadObject"): _on("s3:GetObject", _object),  # HEAD needs read access to the object
-    ("s3", "DeleteObject"): _on("s3:DeleteObject", _object),
     ("s3", "ListObjectsV2"): _on("s3:ListBucket", _bucket),
     ("lambda", "Invoke"): _on("lambda:InvokeFunction", _function),
-    ("sqs", "SendMessage"): _on("sqs:SendMessage", _queue),
+    **_named_alike(
+        "sqs",
+        _queue,
+        "SendMessage",
+        "ReceiveMessage",
+        "DeleteMessage",
+        "ChangeMessageVisibility",
+        "GetQueueAttributes",
+    ),
     ("sqs", "SendMessageBatch"): _on("sqs:SendMessage", _queue),  # batches need SendMessage
-    ("sqs", "ReceiveMessage"): _on("sqs:ReceiveMessage", _queue),
-    ("sqs", "DeleteMessage"): _on("sqs:DeleteMessage", _queue),
     ("sqs", "DeleteMessageBatch"): _on("sqs:DeleteMessage", _queue),
-    ("sqs", "ChangeMessageVisibility"): _on("sqs:ChangeMessageVisibility", _queue),
-    ("sqs", "GetQueueAttributes"): _on("sqs:GetQueueAttributes", _queue),
-    ("kms", "Encrypt"): _on("kms:Encrypt", _key),
-    ("kms", "Decrypt"): _on("kms:Decrypt", _key),
-    ("kms", "GenerateDataKey"): _on("kms:GenerateDataKey", _key),
-    ("secretsmanager", "GetSecretValue"): _on("secretsmanager:GetSecretValue", _secret),
-    ("secretsmanager", "DescribeSecret"): _on("secretsmanager:DescribeSecret", _secret),
+    **_named_alike("kms", _key, "Encrypt", "Decrypt", "GenerateDataKey"),
+    **_named_alike("secretsmanager", _secret, "GetSecretValue", "DescribeSecret"),
 }
 
 
@@ -342,6 +353,17 @@ def access_denied(call: Call, verdict: Verdict) -> ClientError:
 
 # ---------------------------------------------------------------------- the translated template
 
+#: What the Lambda service does with a function's role to put it in a VPC: its network
+#: interfaces (AWSLambdaVPCAccessExecutionRole grants these, with the logs).
+NETWORK_INTERFACE_ACTIONS = (
+    "ec2:CreateNetworkInterface",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeSubnets",
+    "ec2:DeleteNetworkInterface",
+    "ec2:AssignPrivateIpAddresses",
+    "ec2:UnassignPrivateIpAddresses",
+)
+
 #: AWS managed policies SAM attaches, as the managed-policy reference lists them
 #: (https://docs.aws.amazon.com/aws-managed-policy/latest/reference/<name>.html). They hold
 #: only what the Lambda service uses with the role; a policy not listed here fails the test.
@@ -355,12 +377,7 @@ MANAGED_POLICIES: dict[str, list[tuple[tuple[str, ...], tuple[str, ...]]]] = {
                 "logs:CreateLogGroup",
                 "logs:CreateLogStream",
                 "logs:PutLogEvents",
-                "ec2:CreateNetworkInterface",
-                "ec2:DescribeNetworkInterfaces",
-                "ec2:DescribeSubnets",
-                "ec2:DeleteNetworkInterface",
-                "ec2:AssignPrivateIpAddresses",
-                "ec2:UnassignPrivateIpAddresses",
+                *NETWORK_INTERFACE_ACTIONS,
             ),
             ("*",),
         ),
@@ -673,14 +690,7 @@ class Stack:
         if "VpcConfig" in props:  # whenever SubnetIds may put it in a VPC
             needs += [
                 Need(action, "*", "Lambda: network interfaces in the VPC (SubnetIds)")
-                for action in (
-                    "ec2:CreateNetworkInterface",
-                    "ec2:DescribeNetworkInterfaces",
-                    "ec2:DescribeSubnets",
-                    "ec2:DeleteNetworkInterface",
-                    "ec2:AssignPrivateIpAddresses",
-                    "ec2:UnassignPrivateIpAddresses",
-                )
+                for action in NETWORK_INTERFACE_ACTIONS
             ]
         tracing = self.value(props.get("TracingConfig", {}))
         if isinstance(tracing, Mapping) and tracing.get("Mode") == "Active":

@@ -105,12 +105,13 @@ def _as_before_the_index(store: DynamoDBStore, client: Any, rollout_id: str) -> 
 
 
 def test_a_pass_reads_only_what_waits_and_sends_each_once(
-    handler: Any, resources: LocalResources, standin: tuple[TrainGateStandIn, str]
+    handler: Any,
+    resources: LocalResources,
+    standin: tuple[TrainGateStandIn, str],
+    store: DynamoDBStore,
 ) -> None:
     traingate, url = standin
     runtime = handler.runtime
-    store = runtime.store
-    assert isinstance(store, DynamoDBStore)
     _seed_delivered(store, runtime.clients.dynamodb, url, 300)
     parked = [f"parked-{i}" for i in range(3)]
     for rid in parked:
@@ -138,14 +139,15 @@ def test_a_pass_reads_only_what_waits_and_sends_each_once(
 
 
 def test_a_record_written_before_the_index_joins_it_when_parked(
-    handler: Any, resources: LocalResources, standin: tuple[TrainGateStandIn, str]
+    handler: Any,
+    resources: LocalResources,
+    standin: tuple[TrainGateStandIn, str],
+    store: DynamoDBStore,
 ) -> None:
     """Items of a table made before the due index lack its partition attribute: a move that
     puts one in the index gives it one, so an upgraded stack still re-drives it."""
     traingate, url = standin
     runtime = handler.runtime
-    store = runtime.store
-    assert isinstance(store, DynamoDBStore)
     client = runtime.clients.dynamodb
     runtime.run(park(store, seal(runtime, "old"), "old", url))
     _as_before_the_index(store, client, "old")
@@ -173,12 +175,13 @@ def test_a_record_written_before_the_index_joins_it_when_parked(
 
 
 def test_a_response_parked_before_the_index_is_backfilled_once_then_redriven(
-    handler: Any, resources: LocalResources, standin: tuple[TrainGateStandIn, str]
+    handler: Any,
+    resources: LocalResources,
+    standin: tuple[TrainGateStandIn, str],
+    store: DynamoDBStore,
 ) -> None:
     traingate, url = standin
     runtime = handler.runtime
-    store = runtime.store
-    assert isinstance(store, DynamoDBStore)
     runtime.run(park(store, seal(runtime, "parked-before"), "parked-before", url))
     # As a table written before the index holds it: parked, with no index attributes.
     _as_before_the_index(store, runtime.clients.dynamodb, "parked-before")

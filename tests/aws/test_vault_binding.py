@@ -148,12 +148,13 @@ def test_a_queued_message_carrying_another_rollouts_sealed_key_does_not_run(
 
 
 def test_a_parked_record_holding_another_rollouts_sealed_key_is_not_redriven(
-    handler: Any, resources: LocalResources, standin: tuple[TrainGateStandIn, str]
+    handler: Any,
+    resources: LocalResources,
+    standin: tuple[TrainGateStandIn, str],
+    store: DynamoDBStore,
 ) -> None:
     traingate, url = standin
     runtime = handler.runtime
-    store = runtime.store
-    assert isinstance(store, DynamoDBStore)
     own = seal(runtime, "p-own")
     runtime.run(park(store, own, "p-own", url))
     runtime.run(park(store, own, "p-copied", url))  # p-own's sealed key, copied

@@ -6,7 +6,7 @@ import asyncio
 import math
 
 from rollout_sdk.store.base import Store
-from rollout_sdk.store.record import RecordState, expiry
+from rollout_sdk.store.record import RecordState, RolloutRecord, expiry
 
 from .records import NOW, SEALED, TOOL, TTL, claim, make_record, reach
 
@@ -64,33 +64,30 @@ async def test_every_field_round_trips(store: Store) -> None:
     assert await store.get("r-1", now=NOW + 3) == record
 
 
+async def _refused(
+    store: Store, holder: RolloutRecord, other: RolloutRecord, on: str, *, now: float = NOW
+) -> None:
+    """``other``, created at ``now`` after ``holder``, is refused on ``on``: the holder answers."""
+    await store.create(holder, now=NOW)
+    result = await store.create(other, now=now)
+    assert result.created is False
+    assert result.conflict_on == on
+    assert result.record == holder
+
+
 async def test_create_conflict_by_slot_returns_the_holder(store: Store) -> None:
     original = make_record()
-    await store.create(original, now=NOW)
-    again = await store.create(make_record(now=NOW + 5), now=NOW + 5)
-    assert again.created is False
-    assert again.conflict_on == "slot"
-    assert again.record == original
+    await _refused(store, original, make_record(now=NOW + 5), "slot", now=NOW + 5)
     assert await store.get("r-1", now=NOW + 5) == original
 
 
 async def test_create_conflict_by_slot_with_another_rollout_id(store: Store) -> None:
-    holder = make_record("r-1", key="k")
-    await store.create(holder, now=NOW)
-    result = await store.create(make_record("r-2", key="k"), now=NOW)
-    assert result.created is False
-    assert result.conflict_on == "slot"
-    assert result.record == holder
+    await _refused(store, make_record("r-1", key="k"), make_record("r-2", key="k"), "slot")
     assert await store.get("r-2", now=NOW) is None
 
 
 async def test_create_conflict_by_rollout_id_under_another_key(store: Store) -> None:
-    holder = make_record("r-1", key="k1")
-    await store.create(holder, now=NOW)
-    result = await store.create(make_record("r-1", key="k2"), now=NOW)
-    assert result.created is False
-    assert result.conflict_on == "rollout_id"
-    assert result.record == holder
+    await _refused(store, make_record("r-1", key="k1"), make_record("r-1", key="k2"), "rollout_id")
     with_no_key = await store.create(make_record("r-1"), now=NOW)
     assert (with_no_key.created, with_no_key.conflict_on) == (False, "rollout_id")
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from rollout_sdk.local.server import build_local_app
 from rollout_sdk.settings import load_settings
 from testkit import REPO_ROOT
 from testkit.aws import fake_aws_env
+from testkit.bodies import calculator_body
 from testkit.wait import until
 
 if TYPE_CHECKING:
@@ -79,6 +81,22 @@ class HeaderRecorder:
             auth = headers.get(b"authorization")
             self.seen.append((scope["path"], auth.decode("latin-1") if auth else None))
         await self.app(scope, receive, send)
+
+
+async def init_all(
+    client: httpx.AsyncClient, traingate_url: str, ids: list[str], questions: list[tuple[str, str]]
+) -> list[httpx.Response]:
+    """One calculator init per rollout id, all at once: the i-th asks the i-th question (and
+    carries its answer as the truth)."""
+    return await asyncio.gather(
+        *(
+            client.post(
+                "/v1/rollout/init",
+                json=calculator_body(rid, traingate_url, question=q, truth=a),
+            )
+            for rid, (q, a) in zip(ids, questions, strict=True)
+        )
+    )
 
 
 async def idle(client: httpx.AsyncClient) -> None:

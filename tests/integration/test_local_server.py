@@ -17,7 +17,7 @@ from rollout_sdk.testing.threads import ServerThread
 from testkit.bodies import calculator_body, make_questions
 from testkit.wait import until
 
-from .support import AUTH, CountingAgent, HeaderRecorder, local_app
+from .support import AUTH, CountingAgent, HeaderRecorder, init_all, local_app
 
 pytestmark = pytest.mark.integration
 
@@ -30,15 +30,7 @@ async def test_batch_is_reported_once_each_completed_with_reward_and_metrics(
     truth = dict(zip(ids, (answer for _, answer in questions), strict=True))
     with ServerThread(local_app(tmp_path / "state")) as server:
         async with httpx.AsyncClient(base_url=server.url, headers=AUTH, timeout=30) as client:
-            responses = await asyncio.gather(
-                *(
-                    client.post(
-                        "/v1/rollout/init",
-                        json=calculator_body(rid, traingate.url, question=q, truth=a),
-                    )
-                    for rid, (q, a) in zip(ids, questions, strict=True)
-                )
-            )
+            responses = await init_all(client, traingate.url, ids, questions)
             assert [r.status_code for r in responses] == [202] * len(ids)
             assert [r.json()["rollout_id"] for r in responses] == ids
             assert {t["function"]["name"] for t in responses[0].json()["tools"]} >= {"calculate"}

@@ -17,7 +17,7 @@ from testkit.bodies import calculator_body, make_questions
 from testkit.processes import HTTPSubprocess, default_server_cmd
 from testkit.wait import until
 
-from .support import AUTH, SERVER_KEY, local_app, run_cli
+from .support import AUTH, SERVER_KEY, init_all, local_app, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -32,15 +32,7 @@ async def test_rollouts_through_the_local_app_run_the_mcp_tools(
     app = local_app(tmp_path / "state", agent_loop=agent_loop_from_folder(EXAMPLE))
     with ServerThread(app) as server:
         async with httpx.AsyncClient(base_url=server.url, headers=AUTH, timeout=30) as client:
-            answers = await asyncio.gather(
-                *(
-                    client.post(
-                        "/v1/rollout/init",
-                        json=calculator_body(rid, traingate.url, question=q, truth=a),
-                    )
-                    for rid, (q, a) in zip(ids, questions, strict=True)
-                )
-            )
+            answers = await init_all(client, traingate.url, ids, questions)
             assert [r.status_code for r in answers] == [202] * len(ids)
             tools = answers[0].json()["tools"]
             assert [t["function"]["name"] for t in tools] == ["calculate", "square_root"]

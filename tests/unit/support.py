@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import httpx
+from fastapi import FastAPI
 
 from rollout_sdk.agent.loop import RolloutAgentLoop, RolloutContext, RolloutResult
 from rollout_sdk.dispatch.base import Job
+from rollout_sdk.engine.assembly import Engine
 from rollout_sdk.errors import DispatchError
+from rollout_sdk.http.app import create_app
 from rollout_sdk.protocol import (
     InitResponse,
     Message,
@@ -22,7 +26,12 @@ from rollout_sdk.protocol import (
     OpenAIFunctionToolSchema,
     RolloutRequest,
 )
+from rollout_sdk.settings import RolloutClientSettings, load_settings
+from rollout_sdk.store.base import Store
+from rollout_sdk.store.memory import MemoryStore
 from rollout_sdk.store.record import RolloutRecord
+from rollout_sdk.telemetry import NO_TELEMETRY, Telemetry
+from rollout_sdk.traingate.client import TrainGateClient
 
 TRAINGATE = "http://traingate.test/base"
 
@@ -147,6 +156,33 @@ class RecordingDispatcher:
         self.closed = True
 
 
+@dataclass
+class AppServer:
+    """The app of ``create_app`` through ``httpx.ASGITransport``: an :class:`EchoAgent`, its jobs
+    recorded (:class:`RecordingDispatcher`), its records in a ``MemoryStore``."""
+
+    app: FastAPI
+    http: httpx.AsyncClient
+    dispatcher: RecordingDispatcher
+    store: MemoryStore
+
+
+ServerT = TypeVar("ServerT", bound=AppServer)
+
+
+async def serve_app(
+    kind: type[ServerT], *, root_path: str = "", **options: Any
+) -> AsyncIterator[ServerT]:
+    """A ``kind`` of :class:`AppServer` for the app ``create_app`` makes with ``options``."""
+    dispatcher = RecordingDispatcher()
+    store = MemoryStore()
+    app = create_app(EchoAgent(), store=store, dispatcher=dispatcher, **options)
+    transport = httpx.ASGITransport(app=app, root_path=root_path)
+    base_url = "http://rollout.test" + root_path
+    async with httpx.AsyncClient(transport=transport, base_url=base_url) as http:
+        yield kind(app, http, dispatcher, store)
+
+
 class FakeSleep:
     """Records every requested delay and returns at once."""
 
@@ -215,3 +251,31 @@ def responses(*codes: int, body: Callable[[], dict[str, Any]] | None = None) -> 
         httpx.Response(code, json=make()) if 200 <= code < 300 else httpx.Response(code)
         for code in codes
     ]
+
+
+def quiet_client(gate: FakeTrainGate, *, telemetry: Telemetry = NO_TELEMETRY) -> TrainGateClient:
+    """A TrainGate client calling ``gate`` that never retries (and never really sleeps)."""
+    return TrainGateClient(
+        RolloutClientSettings(max_retries=0, complete_rollout_retries=0),
+        transport=gate.transport,
+        sleep=FakeSleep(),
+        telemetry=telemetry,
+    )
+
+
+def engine_for(
+    gate: FakeTrainGate,
+    *,
+    store: Store | None = None,
+    telemetry: Telemetry = NO_TELEMETRY,
+    **given: Any,
+) -> Engine:
+    """An ``Engine`` over ``store`` (a fresh ``MemoryStore``) and fresh settings, reporting to
+    ``gate`` through a :func:`quiet_client`; ``given`` goes to ``Engine.build`` as it is."""
+    return Engine.build(
+        store=store if store is not None else MemoryStore(),
+        client=quiet_client(gate, telemetry=telemetry),
+        settings=load_settings(),
+        telemetry=telemetry,
+        **given,
+    )

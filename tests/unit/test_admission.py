@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rollout_sdk.engine.rules import check_server_url
@@ -27,7 +25,7 @@ from rollout_sdk.store.memory import MemoryStore
 from rollout_sdk.traingate.outbound import OutboundPolicy, Reach
 from testkit.asgi import http_scope
 
-from .support import EchoAgent, RecordingDispatcher, request_body
+from .support import AppServer, EchoAgent, RecordingDispatcher, request_body, serve_app
 
 KEY = "server-key-1"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -36,13 +34,7 @@ INIT = "/v1/rollout/init"
 LIMIT = 64 * 1024  # the smallest body limit the setting allows
 
 
-@dataclass
-class Server:
-    app: FastAPI
-    http: httpx.AsyncClient
-    dispatcher: RecordingDispatcher
-    store: MemoryStore
-
+class Server(AppServer):
     async def post(
         self, content: bytes, *, content_type: str | None = "application/json", auth: bool = True
     ) -> httpx.Response:
@@ -55,15 +47,8 @@ class Server:
         return len(self.store) == 0 and self.dispatcher.jobs == []
 
 
-async def serve(settings: RolloutSettings | None = None) -> AsyncIterator[Server]:
-    dispatcher = RecordingDispatcher()
-    store = MemoryStore()
-    app = create_app(
-        EchoAgent(), api_key=KEY, store=store, dispatcher=dispatcher, settings=settings
-    )
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://rollout.test") as http:
-        yield Server(app, http, dispatcher, store)
+def serve(settings: RolloutSettings | None = None) -> AsyncIterator[Server]:
+    return serve_app(Server, api_key=KEY, settings=settings)
 
 
 @pytest.fixture

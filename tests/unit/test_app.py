@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
 
 from rollout_sdk.errors import AgentLoopValidationError
 from rollout_sdk.http.app import create_app
@@ -19,47 +17,30 @@ from rollout_sdk.settings import RolloutSettings, load_settings
 from rollout_sdk.store.memory import MemoryStore
 from rollout_sdk.store.record import RecordState
 
-from .support import EchoAgent, RecordingDispatcher, request_body
+from .support import AppServer, EchoAgent, RecordingDispatcher, request_body, serve_app
 
 KEY = "server-key-1"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 INIT = "/v1/rollout/init"
 
 
-@dataclass
-class Server:
-    app: FastAPI
-    http: httpx.AsyncClient
-    dispatcher: RecordingDispatcher
-    store: MemoryStore
-
+class Server(AppServer):
     async def init(self, headers: dict[str, str] | None = None, **overrides: Any) -> httpx.Response:
         return await self.http.post(
             INIT, json=request_body(**overrides), headers=AUTH if headers is None else headers
         )
 
 
-async def serve(
+def serve(
     *,
     api_key: str | None = KEY,
     api_keys: tuple[str, ...] = (),
     settings: RolloutSettings | None = None,
     root_path: str = "",
 ) -> AsyncIterator[Server]:
-    dispatcher = RecordingDispatcher()
-    store = MemoryStore()
-    app = create_app(
-        EchoAgent(),
-        api_key=api_key,
-        api_keys=api_keys,
-        store=store,
-        dispatcher=dispatcher,
-        settings=settings,
+    return serve_app(
+        Server, root_path=root_path, api_key=api_key, api_keys=api_keys, settings=settings
     )
-    transport = httpx.ASGITransport(app=app, root_path=root_path)
-    base_url = "http://rollout.test" + root_path
-    async with httpx.AsyncClient(transport=transport, base_url=base_url) as http:
-        yield Server(app, http, dispatcher, store)
 
 
 @pytest.fixture

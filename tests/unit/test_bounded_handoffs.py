@@ -18,13 +18,17 @@ from rollout_sdk.engine.service import RolloutService
 from rollout_sdk.errors import DispatchError
 from rollout_sdk.http.prometheus import PrometheusTelemetry
 from rollout_sdk.protocol import InitResponse
-from rollout_sdk.settings import RolloutClientSettings, load_settings
-from rollout_sdk.store.memory import MemoryStore
 from rollout_sdk.store.record import RecordState
-from rollout_sdk.traingate.client import COMPLETED_PATH, TrainGateClient
+from rollout_sdk.traingate.client import COMPLETED_PATH
 from rollout_sdk.vault import LocalVault
 
-from .support import EchoAgent, FakeSleep, FakeTrainGate, RecordingDispatcher, make_request
+from .support import (
+    EchoAgent,
+    FakeTrainGate,
+    RecordingDispatcher,
+    engine_for,
+    make_request,
+)
 
 KEY = "callback-key"
 START = 1_800_000_000.0
@@ -71,17 +75,9 @@ def _counted(engine: Engine) -> str:
 def _rig() -> tuple[Engine, RolloutService, FaultyDispatcher, FakeTrainGate, Clock]:
     clock = Clock()
     gate = FakeTrainGate()
-    client = TrainGateClient(
-        RolloutClientSettings(max_retries=0, complete_rollout_retries=0),
-        transport=gate.transport,
-        sleep=FakeSleep(),
-    )
-    settings = load_settings()
     dispatcher = FaultyDispatcher()
-    engine = Engine.build(
-        store=MemoryStore(),
-        client=client,
-        settings=settings,
+    engine = engine_for(
+        gate,
         vault=LocalVault(),
         agent_loop=EchoAgent(),
         clock=clock,
@@ -89,7 +85,7 @@ def _rig() -> tuple[Engine, RolloutService, FaultyDispatcher, FakeTrainGate, Clo
         hand_off=dispatcher.dispatch,
     )
     service = RolloutService(
-        EchoAgent(), engine.store, dispatcher, settings, engine=engine, clock=clock
+        EchoAgent(), engine.store, dispatcher, engine.settings, engine=engine, clock=clock
     )
     return engine, service, dispatcher, gate, clock
 

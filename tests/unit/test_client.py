@@ -20,6 +20,7 @@ from rollout_sdk.settings import RolloutClientSettings
 from rollout_sdk.traingate.client import (
     CHAT_PATH,
     COMPLETED_PATH,
+    DeliveryResult,
     TrainGateClient,
     is_retryable_status,
     parse_retry_after,
@@ -184,40 +185,37 @@ async def test_chat_usage_absent_and_null_token_lists() -> None:
     assert result.logprobs == []
 
 
-async def test_retry_after_seconds_is_honoured() -> None:
-    gate = FakeTrainGate(chat=[httpx.Response(429, headers={"Retry-After": "7"}), *responses(200)])
+async def _sleeps_after(status: int, retry_after: str, **settings: Any) -> list[float]:
+    """What the client sleeps before retrying a ``status`` answer carrying ``Retry-After``."""
+    gate = FakeTrainGate(
+        chat=[httpx.Response(status, headers={"Retry-After": retry_after}), *responses(200)]
+    )
     sleep = FakeSleep()
-    client = make_client(gate, sleep, retry_base_delay=1.0, retry_max_delay=30.0)
+    client = make_client(gate, sleep, **settings)
     await client.chat(TRAINGATE, CHAT_BODY, api_key=None)
-    assert sleep.calls == [7.0]
+    return sleep.calls
+
+
+async def test_retry_after_seconds_is_honoured() -> None:
+    sleeps = await _sleeps_after(429, "7", retry_base_delay=1.0, retry_max_delay=30.0)
+    assert sleeps == [7.0]
 
 
 async def test_retry_after_http_date_is_honoured() -> None:
     when = email.utils.formatdate(time.time() + 120, usegmt=True)
-    gate = FakeTrainGate(chat=[httpx.Response(503, headers={"Retry-After": when}), *responses(200)])
-    sleep = FakeSleep()
-    client = make_client(gate, sleep, retry_base_delay=1.0)
-    await client.chat(TRAINGATE, CHAT_BODY, api_key=None)
-    assert len(sleep.calls) == 1
-    assert 115 <= sleep.calls[0] <= 121
+    sleeps = await _sleeps_after(503, when, retry_base_delay=1.0)
+    assert len(sleeps) == 1
+    assert 115 <= sleeps[0] <= 121
 
 
 async def test_retry_after_shorter_than_backoff_keeps_the_backoff() -> None:
-    gate = FakeTrainGate(chat=[httpx.Response(503, headers={"Retry-After": "0"}), *responses(200)])
-    sleep = FakeSleep()
-    client = make_client(gate, sleep, jitter=1.0, retry_base_delay=2.0)
-    await client.chat(TRAINGATE, CHAT_BODY, api_key=None)
-    assert sleep.calls == [2.0]
+    sleeps = await _sleeps_after(503, "0", jitter=1.0, retry_base_delay=2.0)
+    assert sleeps == [2.0]
 
 
 async def test_retry_after_is_capped_by_the_request_timeout() -> None:
-    gate = FakeTrainGate(
-        chat=[httpx.Response(429, headers={"Retry-After": "86400"}), *responses(200)]
-    )
-    sleep = FakeSleep()
-    client = make_client(gate, sleep, timeout_seconds=60.0)
-    await client.chat(TRAINGATE, CHAT_BODY, api_key=None)
-    assert sleep.calls == [60.0]
+    sleeps = await _sleeps_after(429, "86400", timeout_seconds=60.0)
+    assert sleeps == [60.0]
 
 
 @pytest.mark.parametrize(
@@ -276,12 +274,19 @@ def test_is_retryable_status(code: int, retryable: bool) -> None:
 # --------------------------------------------------------------------------- complete_rollout
 
 
+async def _deliver(
+    gate: FakeTrainGate, *, api_key: str | None = None, **settings: Any
+) -> tuple[DeliveryResult, FakeSleep]:
+    """The final response sent to ``gate`` by a client of ``settings``, and its sleeps."""
+    sleep = FakeSleep()
+    client = make_client(gate, sleep, **settings)
+    return await client.complete_rollout(TRAINGATE, final_response(), api_key=api_key), sleep
+
+
 @pytest.mark.parametrize("code", [200, 201, 202, 204])
 async def test_complete_rollout_any_2xx_is_delivered_with_one_request(code: int) -> None:
     gate = FakeTrainGate(completed=[httpx.Response(code)])
-    sleep = FakeSleep()
-    client = make_client(gate, sleep)
-    result = await client.complete_rollout(TRAINGATE, final_response(), api_key="cb-key")
+    result, sleep = await _deliver(gate, api_key="cb-key")
     assert result.delivered is True
     assert result.final is True
     assert result.attempts == 1
@@ -294,9 +299,7 @@ async def test_complete_rollout_any_2xx_is_delivered_with_one_request(code: int)
 @pytest.mark.parametrize("code", [400, 401, 403, 404, 409, 422])
 async def test_complete_rollout_final_4xx_is_not_retried(code: int) -> None:
     gate = FakeTrainGate(completed=[httpx.Response(code, text="unknown rollout")])
-    sleep = FakeSleep()
-    client = make_client(gate, sleep, complete_rollout_retries=3)
-    result = await client.complete_rollout(TRAINGATE, final_response(), api_key=None)
+    result, sleep = await _deliver(gate, complete_rollout_retries=3)
     assert result.delivered is False
     assert result.final is True
     assert result.attempts == 1
@@ -320,9 +323,7 @@ async def test_complete_rollout_final_4xx_is_not_retried(code: int) -> None:
 )
 async def test_complete_rollout_retries_exhausted(reply: Reply) -> None:
     gate = FakeTrainGate(completed=[reply])
-    sleep = FakeSleep()
-    client = make_client(gate, sleep, complete_rollout_retries=2)
-    result = await client.complete_rollout(TRAINGATE, final_response(), api_key=None)
+    result, sleep = await _deliver(gate, complete_rollout_retries=2)
     assert result.delivered is False
     assert result.final is False
     assert result.attempts == 3
@@ -335,9 +336,7 @@ async def test_complete_rollout_retry_then_2xx_is_delivered() -> None:
     gate = FakeTrainGate(
         completed=[httpx.Response(503, headers={"Retry-After": "4"}), httpx.Response(204)]
     )
-    sleep = FakeSleep()
-    client = make_client(gate, sleep)
-    result = await client.complete_rollout(TRAINGATE, final_response(), api_key=None)
+    result, sleep = await _deliver(gate)
     assert (result.delivered, result.final, result.attempts) == (True, True, 2)
     assert sleep.calls == [4.0]
     bodies = gate.bodies(COMPLETED_PATH)

@@ -14,13 +14,13 @@ import pytest
 from rollout_sdk.agent.loop import RolloutContext, RolloutResult
 from rollout_sdk.http.app import create_app
 from rollout_sdk.protocol import Message
-from rollout_sdk.settings import RolloutClientSettings, load_settings
+from rollout_sdk.settings import load_settings
 from rollout_sdk.store.memory import MemoryStore
 from rollout_sdk.store.record import RecordState
-from rollout_sdk.traingate.client import CHAT_PATH, COMPLETED_PATH, TrainGateClient
+from rollout_sdk.traingate.client import CHAT_PATH, COMPLETED_PATH
 from testkit.wait import until, until_true
 
-from .support import EchoAgent, FakeSleep, FakeTrainGate, request_body
+from .support import EchoAgent, FakeTrainGate, quiet_client, request_body
 
 AUTH = {"Authorization": "Bearer server-key"}
 
@@ -79,11 +79,7 @@ class Server:
 async def serve(agent: EchoAgent, gate: FakeTrainGate, **server: Any) -> AsyncIterator[Server]:
     store = MemoryStore()
     settings = load_settings(server=server.pop("server", {}), kit=server.pop("kit", {}))
-    client = TrainGateClient(
-        RolloutClientSettings(max_retries=0, complete_rollout_retries=0),
-        transport=gate.transport,
-        sleep=FakeSleep(),
-    )
+    client = quiet_client(gate)
     app = create_app(agent, api_key="server-key", settings=settings, store=store, client=client)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)

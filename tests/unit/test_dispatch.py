@@ -47,6 +47,16 @@ class Instrumented:
             self.running -= 1
 
 
+async def _two_holding_slots(jobs: int) -> tuple[Instrumented, InProcessDispatcher]:
+    """``jobs`` held jobs (r0, r1, ...) dispatched to two slots, once two of them run."""
+    run = Instrumented(hold=-1)
+    dispatcher = InProcessDispatcher(run, max_concurrent=2)
+    for i in range(jobs):
+        await dispatcher.dispatch(Job(f"r{i}"))
+    await until_true(lambda: run.running == 2, within=5, what="two jobs running")
+    return run, dispatcher
+
+
 def test_implements_the_dispatcher_port() -> None:
     assert isinstance(InProcessDispatcher(Instrumented(), max_concurrent=1), Dispatcher)
 
@@ -66,11 +76,7 @@ async def test_never_more_than_max_concurrent_at_once(limit: int) -> None:
 
 
 async def test_active_counts_running_and_queued_jobs() -> None:
-    run = Instrumented(hold=-1)
-    dispatcher = InProcessDispatcher(run, max_concurrent=2)
-    for i in range(5):
-        await dispatcher.dispatch(Job(f"r{i}"))
-    await until_true(lambda: run.running == 2, within=5, what="two jobs running")
+    run, dispatcher = await _two_holding_slots(5)
     assert dispatcher.active == 5
     run.release.set()
     assert await dispatcher.drain(within=5)
@@ -101,11 +107,7 @@ async def test_drain_with_nothing_to_do() -> None:
 
 
 async def test_aclose_cancels_running_and_queued_jobs() -> None:
-    run = Instrumented(hold=-1)
-    dispatcher = InProcessDispatcher(run, max_concurrent=2)
-    for i in range(4):
-        await dispatcher.dispatch(Job(f"r{i}"))
-    await until_true(lambda: run.running == 2, within=5, what="two jobs running")
+    run, dispatcher = await _two_holding_slots(4)
     await asyncio.wait_for(dispatcher.aclose(), timeout=2)
     assert sorted(run.cancelled) == ["r0", "r1"]  # the two that held a slot
     assert run.done == []

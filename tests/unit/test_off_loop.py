@@ -22,26 +22,24 @@ import pytest
 from rollout_sdk.agent.loop import RolloutContext, RolloutResult
 from rollout_sdk.aws.secrets import SecretServerKeys
 from rollout_sdk.dispatch.base import Job
-from rollout_sdk.engine.assembly import Engine
 from rollout_sdk.engine.worker import RolloutWorker
 from rollout_sdk.errors import StoreError
 from rollout_sdk.http.app import create_app
 from rollout_sdk.protocol import Message
-from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.base import Store
 from rollout_sdk.store.memory import MemoryStore
 from rollout_sdk.store.record import RecordState
 from rollout_sdk.store.sqlite import SQLiteStore
-from rollout_sdk.traingate.client import COMPLETED_PATH, TrainGateClient
+from rollout_sdk.traingate.client import COMPLETED_PATH
 from rollout_sdk.vault import KmsVault
 from testkit.wait import until_true
 
 from .support import (
     EchoAgent,
-    FakeSleep,
     FakeTrainGate,
     RecordingDispatcher,
     accepted_record,
+    engine_for,
 )
 
 if TYPE_CHECKING:
@@ -55,14 +53,7 @@ KEY = "cb-key"
 def _worker(
     agent: EchoAgent, store: Store, gate: FakeTrainGate, *, vault: KmsVault | None = None
 ) -> RolloutWorker:
-    client = TrainGateClient(
-        RolloutClientSettings(max_retries=0, complete_rollout_retries=0),
-        transport=gate.transport,
-        sleep=FakeSleep(),
-    )
-    engine = Engine.build(
-        store=store, client=client, settings=load_settings(), vault=vault, agent_loop=agent
-    )
+    engine = engine_for(gate, store=store, vault=vault, agent_loop=agent)
     return engine.require_worker()
 
 

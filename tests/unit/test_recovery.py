@@ -12,15 +12,14 @@ from rollout_sdk.dispatch.base import Job
 from rollout_sdk.engine.assembly import Engine
 from rollout_sdk.engine.recovery import RESTART_REASON
 from rollout_sdk.protocol import RolloutResponse, RolloutStatus
-from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.base import TransitionResult
 from rollout_sdk.store.memory import MemoryStore
 from rollout_sdk.store.record import RecordState, expiry
-from rollout_sdk.traingate.client import CHAT_PATH, COMPLETED_PATH, TrainGateClient
+from rollout_sdk.traingate.client import CHAT_PATH, COMPLETED_PATH
 from rollout_sdk.vault import LocalVault
 from testkit.records import park_due_now
 
-from .support import EchoAgent, FakeSleep, FakeTrainGate, accepted_record
+from .support import EchoAgent, FakeTrainGate, accepted_record, engine_for
 
 KEY = "cb-key"
 
@@ -35,20 +34,13 @@ async def rig(
     store = MemoryStore(owner=owner)
     gate = gate or FakeTrainGate()
     vault = LocalVault()
-    client = TrainGateClient(
-        RolloutClientSettings(max_retries=0, complete_rollout_retries=0),
-        transport=gate.transport,
-        sleep=FakeSleep(),
-    )
     now = time.time()
     for rid in ids:
         record = accepted_record(rid, now=now)
         if sealed:
             record = record.evolve(sealed_key=await vault.seal(KEY, rollout_id=rid))
         assert (await store.create(record, now=now)).created
-    engine = Engine.build(
-        store=store, client=client, settings=load_settings(), vault=vault, agent_loop=EchoAgent()
-    )
+    engine = engine_for(gate, store=store, vault=vault, agent_loop=EchoAgent())
     return engine, store, gate, vault
 
 

@@ -118,32 +118,51 @@ def test_out_of_range_value_names_the_variable(
         get_settings()
 
 
-def test_several_bad_variables_are_all_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OSMOSIS_ROLLOUT_CLIENT_TIMEOUT_SECONDS", "0")
-    monkeypatch.setenv("OSMOSIS_ROLLOUT_CLIENT_MAX_RETRIES", "-2")
-    with pytest.raises(ConfigurationError) as caught:
-        load_settings()
-    assert "OSMOSIS_ROLLOUT_CLIENT_TIMEOUT_SECONDS" in str(caught.value)
-    assert "OSMOSIS_ROLLOUT_CLIENT_MAX_RETRIES" in str(caught.value)
-
-
-def test_max_delay_below_base_delay_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OSMOSIS_ROLLOUT_CLIENT_RETRY_BASE_DELAY", "10")
-    monkeypatch.setenv("OSMOSIS_ROLLOUT_CLIENT_RETRY_MAX_DELAY", "5")
+@pytest.mark.parametrize(
+    ("variables", "named"),
+    [
+        pytest.param(
+            {
+                "OSMOSIS_ROLLOUT_CLIENT_TIMEOUT_SECONDS": "0",
+                "OSMOSIS_ROLLOUT_CLIENT_MAX_RETRIES": "-2",
+            },
+            ["OSMOSIS_ROLLOUT_CLIENT_TIMEOUT_SECONDS", "OSMOSIS_ROLLOUT_CLIENT_MAX_RETRIES"],
+            id="several-bad-variables-are-all-named",
+        ),
+        pytest.param(
+            {
+                "OSMOSIS_ROLLOUT_CLIENT_RETRY_BASE_DELAY": "10",
+                "OSMOSIS_ROLLOUT_CLIENT_RETRY_MAX_DELAY": "5",
+            },
+            [
+                "OSMOSIS_ROLLOUT_CLIENT_RETRY_MAX_DELAY (5.0)",
+                "OSMOSIS_ROLLOUT_CLIENT_RETRY_BASE_DELAY (10.0)",
+            ],
+            id="max-delay-below-base-delay",
+        ),
+        pytest.param(
+            {
+                "OSMOSIS_ROLLOUT_CLIENT_MAX_CONNECTIONS": "10",
+                "OSMOSIS_ROLLOUT_CLIENT_MAX_KEEPALIVE_CONNECTIONS": "11",
+            },
+            [
+                "OSMOSIS_ROLLOUT_CLIENT_MAX_KEEPALIVE_CONNECTIONS (11)",
+                "OSMOSIS_ROLLOUT_CLIENT_MAX_CONNECTIONS (10)",
+            ],
+            id="keepalive-above-max-connections",
+        ),
+    ],
+)
+def test_a_bad_combination_of_variables_names_each_in_the_error(
+    monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], named: list[str]
+) -> None:
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
     with pytest.raises(ConfigurationError) as caught:
         load_settings()
     message = str(caught.value)
-    assert "OSMOSIS_ROLLOUT_CLIENT_RETRY_MAX_DELAY (5.0)" in message
-    assert "OSMOSIS_ROLLOUT_CLIENT_RETRY_BASE_DELAY (10.0)" in message
-
-
-def test_keepalive_above_max_connections_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OSMOSIS_ROLLOUT_CLIENT_MAX_CONNECTIONS", "10")
-    monkeypatch.setenv("OSMOSIS_ROLLOUT_CLIENT_MAX_KEEPALIVE_CONNECTIONS", "11")
-    with pytest.raises(ConfigurationError) as caught:
-        load_settings()
-    assert "OSMOSIS_ROLLOUT_CLIENT_MAX_KEEPALIVE_CONNECTIONS (11)" in str(caught.value)
-    assert "OSMOSIS_ROLLOUT_CLIENT_MAX_CONNECTIONS (10)" in str(caught.value)
+    for part in named:
+        assert part in message
 
 
 def test_load_settings_overrides_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

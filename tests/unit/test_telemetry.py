@@ -22,7 +22,6 @@ from rollout_sdk.engine.assembly import Engine
 from rollout_sdk.http.app import create_app, local_app
 from rollout_sdk.http.prometheus import CONTENT_TYPE, PrometheusTelemetry
 from rollout_sdk.local.server import build_local_app
-from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.memory import MemoryStore
 from rollout_sdk.store.record import RecordState
 from rollout_sdk.telemetry import (
@@ -32,10 +31,15 @@ from rollout_sdk.telemetry import (
     current_rollout,
     rollout_scope,
 )
-from rollout_sdk.traingate.client import TrainGateClient
 from rollout_sdk.vault import LocalVault
 
-from .support import EchoAgent, FakeSleep, FakeTrainGate, RecordingDispatcher, request_body
+from .support import (
+    EchoAgent,
+    FakeTrainGate,
+    RecordingDispatcher,
+    engine_for,
+    request_body,
+)
 
 KEY = "server-key-1"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -81,19 +85,10 @@ async def rig() -> AsyncIterator[Rig]:
     gate = FakeTrainGate(
         completed=[httpx.Response(code) for code in (200, 200, 503, 400, 200)], chat_delay=0.002
     )
-    client = TrainGateClient(
-        RolloutClientSettings(max_retries=0, complete_rollout_retries=0),
-        transport=gate.transport,
-        sleep=FakeSleep(),
-        telemetry=telemetry,
-    )
-    settings = load_settings()
     agent = FailingWhenAsked()
     dispatcher = RecordingDispatcher()
-    engine = Engine.build(
-        store=MemoryStore(),
-        client=client,
-        settings=settings,
+    engine = engine_for(
+        gate,
         vault=LocalVault(),
         agent_loop=agent,
         clock=lambda: clock[0],
