@@ -1,11 +1,10 @@
 """The Lambda functions' boto3 clients, each built on first use: boto3 and botocore's endpoint
-data are imported then, inside the property, so a function that never calls a service does not
+data are imported then, on first access, so a function that never calls a service does not
 pay for that service's client at its cold start."""
 
 from __future__ import annotations
 
-from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from rollout_sdk.aws.metering import instrument
 
@@ -17,6 +16,39 @@ if TYPE_CHECKING:
     from mypy_boto3_secretsmanager import SecretsManagerClient
     from mypy_boto3_sqs import SQSClient
 
+C = TypeVar("C")
+#: The services the functions call.
+Service = Literal["dynamodb", "s3", "lambda", "kms", "sqs", "secretsmanager"]
+
+
+class _Client(Generic[C]):
+    """The boto3 client of ``service``, built on first access and kept on the instance (as
+    ``functools.cached_property`` keeps a value: later reads find it in the instance's dict)."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.name: str = service
+
+    def __set_name__(self, owner: type[AwsClients], name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, clients: None, owner: type[AwsClients]) -> _Client[C]: ...
+
+    @overload
+    def __get__(self, clients: AwsClients, owner: type[AwsClients]) -> C: ...
+
+    def __get__(self, clients: AwsClients | None, owner: type[AwsClients]) -> Any:
+        if clients is None:
+            return self
+        import boto3
+
+        client = instrument(
+            boto3.client(self.service, endpoint_url=clients.endpoint_url, config=clients.config)
+        )
+        clients.__dict__[self.name] = client
+        return client
+
 
 class AwsClients:
     """boto3 clients, each built on first use (building one reads no network).
@@ -27,6 +59,13 @@ class AwsClients:
     (:func:`rollout_sdk.aws.metering.instrument`).
     """
 
+    dynamodb: _Client[DynamoDBClient] = _Client("dynamodb")
+    s3: _Client[S3Client] = _Client("s3")
+    lambda_: _Client[LambdaClient] = _Client("lambda")
+    kms: _Client[KMSClient] = _Client("kms")
+    sqs: _Client[SQSClient] = _Client("sqs")
+    secretsmanager: _Client[SecretsManagerClient] = _Client("secretsmanager")
+
     def __init__(self, *, endpoint_url: str | None = None, max_pool_connections: int = 10) -> None:
         from botocore.config import Config
 
@@ -36,46 +75,4 @@ class AwsClients:
             retries={"mode": "standard", "max_attempts": 4},
             connect_timeout=5,
             read_timeout=30,
-        )
-
-    @cached_property
-    def dynamodb(self) -> DynamoDBClient:
-        import boto3
-
-        return instrument(
-            boto3.client("dynamodb", endpoint_url=self.endpoint_url, config=self.config)
-        )
-
-    @cached_property
-    def s3(self) -> S3Client:
-        import boto3
-
-        return instrument(boto3.client("s3", endpoint_url=self.endpoint_url, config=self.config))
-
-    @cached_property
-    def lambda_(self) -> LambdaClient:
-        import boto3
-
-        return instrument(
-            boto3.client("lambda", endpoint_url=self.endpoint_url, config=self.config)
-        )
-
-    @cached_property
-    def kms(self) -> KMSClient:
-        import boto3
-
-        return instrument(boto3.client("kms", endpoint_url=self.endpoint_url, config=self.config))
-
-    @cached_property
-    def sqs(self) -> SQSClient:
-        import boto3
-
-        return instrument(boto3.client("sqs", endpoint_url=self.endpoint_url, config=self.config))
-
-    @cached_property
-    def secretsmanager(self) -> SecretsManagerClient:
-        import boto3
-
-        return instrument(
-            boto3.client("secretsmanager", endpoint_url=self.endpoint_url, config=self.config)
         )

@@ -11,7 +11,8 @@ import asyncio
 import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from functools import cached_property
+from dataclasses import KW_ONLY, dataclass, field
+from functools import cached_property, partial
 from typing import TYPE_CHECKING
 
 from rollout_sdk.errors import ConfigurationError
@@ -53,6 +54,7 @@ def parse_server_keys(secret: str | None) -> list[str]:
     return [text]
 
 
+@dataclass(eq=False, repr=False)
 class SecretServerKeys:
     """The valid server keys (the app's asynchronous key provider), from the secret ``name``.
 
@@ -62,25 +64,23 @@ class SecretServerKeys:
     provider's own errors pass through (the app answers 503 for them).
     """
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        max_age_seconds: int,
-        client: Callable[[], SecretsManagerClient] | None = None,
-        reader: SecretReader | None = None,
-    ) -> None:
-        self.name = name
-        self.max_age_seconds = max_age_seconds
-        self._client = client
-        self._reader = reader
-        # One thread: reads are rare (one per cache miss) and run one at a time, so requests that
-        # miss together wait for one read and then find the value cached, and Powertools' cache
-        # is only ever touched from this thread.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-sdk-secret")
+    name: str
+    _: KW_ONLY
+    max_age_seconds: int
+    client: Callable[[], SecretsManagerClient] | None = None
+    reader: SecretReader | None = None
+    # One thread: reads are rare (one per cache miss) and run one at a time, so requests that
+    # miss together wait for one read and then find the value cached, and Powertools' cache
+    # is only ever touched from this thread.
+    _executor: ThreadPoolExecutor = field(
+        init=False,
+        default_factory=partial(
+            ThreadPoolExecutor, max_workers=1, thread_name_prefix="rollout-sdk-secret"
+        ),
+    )
 
     async def __call__(self) -> list[str]:
-        reader = self._reader or self._read
+        reader = self.reader or self._read
         loop = asyncio.get_running_loop()
         value = await loop.run_in_executor(self._executor, reader, self.name, self.max_age_seconds)
         return parse_server_keys(value)
@@ -94,7 +94,7 @@ class SecretServerKeys:
         # Here: only the API function reads the secret, at its first protected request.
         from aws_lambda_powertools.utilities.parameters import SecretsProvider
 
-        return SecretsProvider(boto3_client=self._client() if self._client else None)
+        return SecretsProvider(boto3_client=self.client() if self.client else None)
 
     def _read(self, name: str, max_age: int) -> str:
         value = self._provider.get(name, max_age=max_age)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rollout_sdk.engine.costs import NO_COSTS, CostLedger, extra_of
@@ -31,30 +32,26 @@ if TYPE_CHECKING:
 logger = logging.getLogger("rollout_sdk.engine.delivery")
 
 
-class Delivery:
+@dataclass(eq=False, repr=False, kw_only=True)
+class Wiring:
+    """What delivery and settlement are given by keyword, after their positional three: the
+    runtime's leases, vault, clock, telemetry and cost estimate."""
+
+    leases: Leases
+    vault: KeyVault | None = None
+    clock: Callable[[], float]
+    telemetry: Telemetry = NO_TELEMETRY
+    #: The cost estimate (on Lambda; nothing on the local server).
+    costs: CostLedger = NO_COSTS
+
+
+@dataclass(eq=False, repr=False)
+class Delivery(Wiring):
     """Sends stored final responses until a 2xx, and never after one."""
 
-    def __init__(
-        self,
-        store: Store,
-        client: TrainGateClient,
-        settings: RolloutSettings,
-        *,
-        leases: Leases,
-        vault: KeyVault | None = None,
-        clock: Callable[[], float],
-        telemetry: Telemetry = NO_TELEMETRY,
-        costs: CostLedger = NO_COSTS,
-    ) -> None:
-        self.store = store
-        self.client = client
-        self.leases = leases
-        self.vault = vault
-        self.settings = settings
-        self.clock = clock
-        self.telemetry = telemetry
-        #: The cost estimate (on Lambda; nothing on the local server).
-        self.costs = costs
+    store: Store
+    client: TrainGateClient
+    settings: RolloutSettings
 
     @property
     def _ttl(self) -> float:

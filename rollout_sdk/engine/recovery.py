@@ -28,7 +28,7 @@ import logging
 import math
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING
 
 from rollout_sdk.dispatch.base import Job
@@ -103,6 +103,7 @@ class RecoveryReport:
         )
 
 
+@dataclass(frozen=True, eq=False, repr=False)
 class Recovery:
     """Sweeps and re-drives over one store, through settlement.
 
@@ -111,30 +112,16 @@ class Recovery:
     one, until they are old enough to be reported as never started.
     """
 
-    def __init__(
-        self,
-        settlement: Settlement,
-        *,
-        store: Store,
-        clock: Callable[[], float],
-        page: int = 100,
-        hand_off: HandOff | None = None,
-        telemetry: Telemetry = NO_TELEMETRY,
-        costs: CostLedger = NO_COSTS,
-    ) -> None:
-        self.settlement = settlement
-        self.store = store
-        self.clock = clock
-        self.page = page
-        self._hand_off = hand_off
-        self.telemetry = telemetry
-        #: The cost estimate (on Lambda; nothing on the local server).
-        self.costs = costs
-
-    @property
-    def hand_off(self) -> HandOff | None:
-        """How this recovery hands a rollout off again (given at construction, never after)."""
-        return self._hand_off
+    settlement: Settlement
+    _: KW_ONLY
+    store: Store
+    clock: Callable[[], float]
+    page: int = 100
+    #: How this recovery hands a rollout off again (given at construction, never after).
+    hand_off: HandOff | None = None
+    telemetry: Telemetry = NO_TELEMETRY
+    #: The cost estimate (on Lambda; nothing on the local server).
+    costs: CostLedger = NO_COSTS
 
     @property
     def _kit(self) -> KitSettings:

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rollout_sdk.engine.costs import NO_COSTS, CostLedger
+from rollout_sdk.engine.delivery import Delivery, Wiring
 from rollout_sdk.engine.responses import error_response
 from rollout_sdk.errors import FailureCategory, StoreError
 from rollout_sdk.store.record import RecordState, RolloutRecord, expiry
 from rollout_sdk.telemetry import (
-    NO_TELEMETRY,
     Metric,
     finished_dimensions,
     rollout_scope,
@@ -27,12 +26,8 @@ from rollout_sdk.telemetry import (
 if TYPE_CHECKING:
     from rollout_sdk.dispatch.base import Job
     from rollout_sdk.dispatch.sqs import QueuedJob
-    from rollout_sdk.engine.delivery import Delivery
-    from rollout_sdk.engine.lease import Leases
     from rollout_sdk.settings import RolloutSettings
     from rollout_sdk.store.base import Store
-    from rollout_sdk.telemetry import Telemetry
-    from rollout_sdk.vault import KeyVault
 
 logger = logging.getLogger("rollout_sdk.engine.settlement")
 
@@ -43,30 +38,13 @@ _LOST = (FailureCategory.WORKER_LOST, FailureCategory.INFRASTRUCTURE)
 OWNER_STOPPED = "the worker that ran this rollout stopped before reporting it"
 
 
-class Settlement:
+@dataclass(eq=False, repr=False)
+class Settlement(Wiring):
     """Settles rollouts whose worker failed or died; sends what it settles through delivery."""
 
-    def __init__(
-        self,
-        store: Store,
-        delivery: Delivery,
-        settings: RolloutSettings,
-        *,
-        leases: Leases,
-        vault: KeyVault | None = None,
-        clock: Callable[[], float],
-        telemetry: Telemetry = NO_TELEMETRY,
-        costs: CostLedger = NO_COSTS,
-    ) -> None:
-        self.store = store
-        self.delivery = delivery
-        self.settings = settings
-        self.leases = leases
-        self.vault = vault
-        self.clock = clock
-        self.telemetry = telemetry
-        #: The cost estimate (on Lambda; nothing on the local server).
-        self.costs = costs
+    store: Store
+    delivery: Delivery
+    settings: RolloutSettings
 
     async def open_key(self, record: RolloutRecord) -> str | None:
         """The record's sealed callback key, opened (None when it holds none); StoreError when

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("rollout_sdk.engine.worker")
 
 
+@dataclass(eq=False, repr=False)
 class RolloutWorker:
     """Runs rollouts of one agent loop: claim, run, finish, then delivery.
 
@@ -67,35 +69,20 @@ class RolloutWorker:
     store, TrainGate client, leases, delivery, settlement and cancel signals.
     """
 
-    def __init__(
-        self,
-        agent_loop: RolloutAgentLoop,
-        *,
-        store: Store,
-        client: TrainGateClient,
-        settings: RolloutSettings,
-        leases: Leases,
-        delivery: Delivery,
-        settlement: Settlement,
-        cancels: CancelSignals,
-        debug_dir: str | Path | None = None,
-        clock: Callable[[], float] = time.time,
-        telemetry: Telemetry = NO_TELEMETRY,
-        costs: CostLedger = NO_COSTS,
-    ) -> None:
-        self.agent_loop = agent_loop
-        self.store = store
-        self.client = client
-        self.settings = settings
-        self.leases = leases
-        self.delivery = delivery
-        self.settlement = settlement
-        self.cancels = cancels
-        self.debug_dir = debug_dir
-        self.clock = clock
-        self.telemetry = telemetry
-        #: The cost estimate (on Lambda; nothing on the local server).
-        self.costs = costs
+    agent_loop: RolloutAgentLoop
+    _: KW_ONLY
+    store: Store
+    client: TrainGateClient
+    settings: RolloutSettings
+    leases: Leases
+    delivery: Delivery
+    settlement: Settlement
+    cancels: CancelSignals
+    debug_dir: str | Path | None = None
+    clock: Callable[[], float] = time.time
+    telemetry: Telemetry = NO_TELEMETRY
+    #: The cost estimate (on Lambda; nothing on the local server).
+    costs: CostLedger = NO_COSTS
 
     def _ttl(self) -> float:
         return float(self.settings.server.record_ttl_seconds)

@@ -2,12 +2,14 @@
 
 Like Powertools' ``BasePersistenceLayer``, the port names its moves (``claim``, ``renew``,
 ``finish``, ``park``, ``deliver``, ``mark_undeliverable``, ``settle``, ``reclaim_delivery``,
-``request_cancel``, ``mark_handoff``, ``handed_off``, ``release``) and leaves each adapter the
-primitives ``create``, ``get``, ``_apply``, ``release``, ``due``, the pass lease and ``close``. Every move is one
-``_apply``: a :class:`Guard` (what the live record must be) and an :class:`Update` (the fields it
-sets), which the adapter writes as one conditional write (one transaction in memory and SQLite,
-one ``UpdateItem`` with a ``ConditionExpression`` on DynamoDB). Callers never spell a field name:
-a misspelt one is a TypeError when the ``Update`` is built, before any store is touched.
+``request_cancel``, ``mark_handoff``, ``handed_off``, ``release``) and leaves each adapter
+``close`` and the bodies of the primitives ``create``, ``get``, ``_apply``, ``release``, ``due``
+and the pass lease: synchronous functions the port runs whole through the adapter's ``_run``
+(inline, or on a thread). Every move is one ``_apply``: a :class:`Guard` (what the live record
+must be) and an :class:`Update` (the fields it sets), which the adapter writes as one conditional
+write (its ``_update``: one transaction in memory and SQLite, one ``UpdateItem`` with a
+``ConditionExpression`` on DynamoDB). Callers never spell a field name: a misspelt one is a
+TypeError when the ``Update`` is built, before any store is touched.
 
 :class:`~rollout_sdk.store.transactional.TransactionalStore` is the ``_apply`` of the stores that
 can run a read-check-write under one lock or transaction (in-memory, SQLite). One contract suite
@@ -37,14 +39,17 @@ from __future__ import annotations
 
 import abc
 import enum
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 from rollout_sdk.store.record import RecordState, RolloutRecord
 
 if TYPE_CHECKING:
     from rollout_sdk.protocol import RolloutResponse
 
+T = TypeVar("T")
 ConflictOn = Literal["slot", "rollout_id"]
 #: Where :meth:`Store.due` stopped; opaque to callers.
 DueCursor = tuple[Any, ...]
@@ -196,8 +201,15 @@ class Store(abc.ABC):
         return record
 
     # ------------------------------------------------------------------ primitives
+    # Each adapter writes the synchronous body of each primitive (``_create``, ``_get``,
+    # ``_update``, ``_release``, ``_due_page``, ``_acquire_pass``, ``_release_pass``); the port
+    # runs each body whole through :meth:`_run`.
 
-    @abc.abstractmethod
+    async def _run(self, work: Callable[[], T]) -> T:
+        """Run ``work`` (one whole primitive) and return its result; inline here. A back end
+        that can block overrides it, so the event loop never waits on the back end."""
+        return work()
+
     async def create(
         self, record: RolloutRecord, *, now: float, slot_expires_at: int | None = None
     ) -> CreateResult:
@@ -206,25 +218,27 @@ class Store(abc.ABC):
         ``slot_expires_at`` (at least the record's ``expires_at``) is how long a store that keeps
         the idempotency slot apart from the record (DynamoDB) keeps the slot: as long as the
         record can live, however its moves extend it. A slot whose record is gone is free."""
+        slot_until = max(record.expires_at, slot_expires_at or 0)
+        return await self._run(
+            functools.partial(self._create, self.admitted(record), now, slot_until)
+        )
 
-    @abc.abstractmethod
     async def get(self, rollout_id: str, *, now: float) -> RolloutRecord | None:
         """The live record of ``rollout_id``, or None."""
+        return await self._run(functools.partial(self._get, rollout_id, now))
 
-    @abc.abstractmethod
     async def _apply(
         self, rollout_id: str, guard: Guard, update: Update, *, now: float
     ) -> TransitionResult:
         """Apply ``update`` if the live record meets ``guard``, in one conditional write;
         otherwise change nothing and return the current record."""
+        return await self._run(functools.partial(self._update, rollout_id, guard, update, now))
 
-    # A move of its own (a conditional delete, not an update), so each adapter writes it.
-    @abc.abstractmethod
     async def release(self, rollout_id: str, *, slot: str, now: float) -> bool:
         """Delete an ACCEPTED record whose hand-off failed, unless a duplicate init has handed it
         off since (``handoffs`` > 0); True when deleted."""
+        return await self._run(functools.partial(self._release, rollout_id, slot, now))
 
-    @abc.abstractmethod
     async def due(
         self,
         *,
@@ -237,15 +251,48 @@ class Store(abc.ABC):
         ``math.inf``: every one; on a store with an owner, the owner's), about earliest first,
         a page of at most ``limit`` from ``after``. A hint: read each record again before
         acting on it."""
+        bound = now if until is None else until
+        return await self._run(functools.partial(self._due_page, now, bound, limit, after))
 
-    @abc.abstractmethod
     async def acquire_pass(self, name: str, *, holder: str, until: float, now: float) -> bool:
         """Take the lease item ``name`` for ``holder`` until ``until`` unless another holder's
         lease is still live at ``now``; True when taken (one re-drive pass at a time)."""
+        return await self._run(functools.partial(self._acquire_pass, name, holder, until, now))
 
-    @abc.abstractmethod
     async def release_pass(self, name: str, *, holder: str) -> None:
         """Drop the lease item ``name`` if ``holder`` still holds it."""
+        await self._run(functools.partial(self._release_pass, name, holder))
+
+    @abc.abstractmethod
+    def _create(self, record: RolloutRecord, now: float, slot_until: int) -> CreateResult:
+        """:meth:`create`'s body, ``record`` admitted, the slot kept until ``slot_until``."""
+
+    @abc.abstractmethod
+    def _get(self, rollout_id: str, now: float) -> RolloutRecord | None:
+        """:meth:`get`'s body."""
+
+    @abc.abstractmethod
+    def _update(
+        self, rollout_id: str, guard: Guard, update: Update, now: float
+    ) -> TransitionResult:
+        """:meth:`_apply`'s body: one conditional write."""
+
+    # A move of its own (a conditional delete, not an update), so each adapter writes it.
+    @abc.abstractmethod
+    def _release(self, rollout_id: str, slot: str, now: float) -> bool:
+        """:meth:`release`'s body."""
+
+    @abc.abstractmethod
+    def _due_page(self, now: float, until: float, limit: int, after: DueCursor | None) -> DuePage:
+        """:meth:`due`'s body, ``until`` given."""
+
+    @abc.abstractmethod
+    def _acquire_pass(self, name: str, holder: str, until: float, now: float) -> bool:
+        """:meth:`acquire_pass`'s body."""
+
+    @abc.abstractmethod
+    def _release_pass(self, name: str, holder: str) -> None:
+        """:meth:`release_pass`'s body."""
 
     @abc.abstractmethod
     async def close(self) -> None:

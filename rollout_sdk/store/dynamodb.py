@@ -57,6 +57,7 @@ from rollout_sdk.store.base import (
     DuePage,
     Guard,
     Store,
+    T,
     TransitionResult,
     Update,
 )
@@ -152,44 +153,11 @@ class DynamoDBStore(Store):
         return self._from_item(item)
 
     # ------------------------------------------------------------------ the port
-    # Each method does all of its work (encoding, S3 for large values, DynamoDB, decoding) in
+    # Each primitive does all of its work (encoding, S3 for large values, DynamoDB, decoding) in
     # one worker thread: boto3 is synchronous, and one hop per operation keeps the loop free.
 
-    async def create(
-        self, record: RolloutRecord, *, now: float, slot_expires_at: int | None = None
-    ) -> CreateResult:
-        """Claim the slot and the rollout id in one transaction."""
-        slot_until = max(record.expires_at, slot_expires_at or 0)
-        return await asyncio.to_thread(self._create, self.admitted(record), now, slot_until)
-
-    async def get(self, rollout_id: str, *, now: float) -> RolloutRecord | None:
-        return await asyncio.to_thread(self._get, rollout_id, now)
-
-    async def _apply(
-        self, rollout_id: str, guard: Guard, update: Update, *, now: float
-    ) -> TransitionResult:
-        return await asyncio.to_thread(self._update, rollout_id, guard, update, now)
-
-    async def release(self, rollout_id: str, *, slot: str, now: float) -> bool:
-        return await asyncio.to_thread(self._release, rollout_id, slot, now)
-
-    async def due(
-        self,
-        *,
-        now: float,
-        until: float | None = None,
-        limit: int = 100,
-        after: DueCursor | None = None,
-    ) -> DuePage:
-        """Queries of the due index, partition by partition: only due items are read."""
-        bound = now if until is None else until
-        return await asyncio.to_thread(self._due, bound, limit, after)
-
-    async def acquire_pass(self, name: str, *, holder: str, until: float, now: float) -> bool:
-        return await asyncio.to_thread(self._acquire_pass, name, holder, until, now)
-
-    async def release_pass(self, name: str, *, holder: str) -> None:
-        await asyncio.to_thread(self._release_pass, name, holder)
+    async def _run(self, work: Callable[[], T]) -> T:
+        return await asyncio.to_thread(work)
 
     async def close(self) -> None:
         """boto3 clients need no closing; the process owns them."""
@@ -197,6 +165,7 @@ class DynamoDBStore(Store):
     # ------------------------------------------------------------------ synchronous bodies
 
     def _create(self, record: RolloutRecord, now: float, slot_until: int) -> CreateResult:
+        """Claim the slot and the rollout id in one transaction."""
         try:
             item = self._to_item(record)  # encoded once: a large value goes to S3 once
         except ValueTooLarge as exc:
@@ -377,7 +346,8 @@ class DynamoDBStore(Store):
             return False
         return True
 
-    def _due(self, until: float, limit: int, after: DueCursor | None) -> DuePage:
+    def _due_page(self, now: float, until: float, limit: int, after: DueCursor | None) -> DuePage:
+        """Queries of the due index, partition by partition: only due items are read."""
         partitions = self._partitions()
         shard, start = (int(after[0]), after[1]) if after is not None else (0, None)
         ids: list[str] = []

@@ -8,10 +8,8 @@ The port itself (the moves, the guard and the update they apply, the due index) 
 from __future__ import annotations
 
 import abc
-import functools
-from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from rollout_sdk.store.base import (
     CreateResult,
@@ -23,8 +21,6 @@ from rollout_sdk.store.base import (
     Update,
 )
 from rollout_sdk.store.record import RecordState, RolloutRecord
-
-T = TypeVar("T")
 
 
 class Transaction(Protocol):
@@ -62,10 +58,6 @@ class TransactionalStore(Store):
     then its read), so each must be safe to repeat: the purge and every move are.
     """
 
-    async def _run(self, work: Callable[[], T]) -> T:
-        """Run ``work`` (one whole transaction) and return its result; inline here."""
-        return work()
-
     @abc.abstractmethod
     def _transaction(self) -> AbstractContextManager[Transaction]:
         """An exclusive transaction; committed on normal exit, rolled back on an exception."""
@@ -78,43 +70,10 @@ class TransactionalStore(Store):
     def _due(self, until: float, limit: int, after: DueCursor | None) -> DuePage:
         """The due index's page (its cursor: the last entry's ``(due_at, rollout_id)``)."""
 
-    async def create(
-        self, record: RolloutRecord, *, now: float, slot_expires_at: int | None = None
-    ) -> CreateResult:
-        # The slot is the record's own column here: it lives exactly as long as the record.
-        return await self._run(functools.partial(self._create, self.admitted(record), now))
-
-    async def get(self, rollout_id: str, *, now: float) -> RolloutRecord | None:
-        return await self._run(functools.partial(self._get, rollout_id, now))
-
-    async def _apply(
-        self, rollout_id: str, guard: Guard, update: Update, *, now: float
-    ) -> TransitionResult:
-        return await self._run(functools.partial(self._update, rollout_id, guard, update, now))
-
-    async def release(self, rollout_id: str, *, slot: str, now: float) -> bool:
-        return await self._run(functools.partial(self._release, rollout_id, slot, now))
-
-    async def due(
-        self,
-        *,
-        now: float,
-        until: float | None = None,
-        limit: int = 100,
-        after: DueCursor | None = None,
-    ) -> DuePage:
-        bound = now if until is None else until
-        return await self._run(functools.partial(self._due_live, now, bound, limit, after))
-
-    async def acquire_pass(self, name: str, *, holder: str, until: float, now: float) -> bool:
-        return await self._run(functools.partial(self._acquire_pass, name, holder, until, now))
-
-    async def release_pass(self, name: str, *, holder: str) -> None:
-        await self._run(functools.partial(self._release_pass, name, holder))
-
     # ------------------------------------------------------------------ the transactions
 
-    def _create(self, record: RolloutRecord, now: float) -> CreateResult:
+    def _create(self, record: RolloutRecord, now: float, slot_until: int) -> CreateResult:
+        # The slot is the record's own column here: it lives exactly as long as the record.
         with self._transaction() as txn:
             holder = _live(txn.by_slot(record.slot), now)
             if holder is not None:
@@ -156,7 +115,7 @@ class TransactionalStore(Store):
             txn.delete(rollout_id)
             return True
 
-    def _due_live(self, now: float, until: float, limit: int, after: DueCursor | None) -> DuePage:
+    def _due_page(self, now: float, until: float, limit: int, after: DueCursor | None) -> DuePage:
         # A listing's first page runs on the re-drive's timer: the place to drop expired
         # records, so a long-lived local server does not grow without bound.
         if after is None:

@@ -13,14 +13,14 @@ from rollout_sdk.settings import load_settings
 from rollout_sdk.store.memory import MemoryStore
 from rollout_sdk.store.record import RecordState
 
-from .support import EchoAgent, make_request
+from .support import EchoAgent, RecordingDispatcher, make_request
 
 
-class RacingDispatcher:
+class RacingDispatcher(RecordingDispatcher):
     """The first hand-off lets a duplicate init through, then fails; later ones succeed."""
 
     def __init__(self) -> None:
-        self.jobs: list[Job] = []
+        super().__init__()
         self.service: RolloutService | None = None
         self.duplicate_answer: object = None
         self.calls = 0
@@ -31,18 +31,7 @@ class RacingDispatcher:
             assert self.service is not None
             self.duplicate_answer = await self.service.init(make_request())
             raise DispatchError("throttled")
-        self.jobs.append(job)
-
-    @property
-    def active(self) -> int:
-        return 0
-
-    @property
-    def completed(self) -> int:
-        return 0
-
-    async def aclose(self) -> None:
-        return None
+        await super().dispatch(job)
 
 
 async def test_a_duplicate_answered_202_keeps_the_rollout_when_the_first_hand_off_fails() -> None:
