@@ -88,6 +88,9 @@ class Engine:
         (``rollout-sdk redrive``) it leaves such rollouts to a recoverer that has one. Raises
         ValueError for both, or for ``dispatcher`` without ``agent_loop``.
         """
+        # One piece on purpose (over 80 lines): this is the composition root, where every
+        # collaborator gets the same store, clock, telemetry and costs; split up, the pieces
+        # would have to pass those along again and could disagree on them.
         if dispatcher is not None and hand_off is not None:
             raise ValueError("Engine.build: pass dispatcher or hand_off, not both")
         if dispatcher is not None and agent_loop is None:

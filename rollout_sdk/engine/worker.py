@@ -228,6 +228,9 @@ class RolloutWorker:
     async def _run_agent(
         self, record: RolloutRecord, job: Job, budget: float, cancelled: asyncio.Event
     ) -> RolloutResponse:
+        # One piece on purpose (over 80 lines): the deadline, the agent's exceptions, a failure
+        # the LLM client ended the rollout with, and a result the protocol cannot carry decide
+        # one outcome in this order of precedence, which reads top to bottom only here.
         started = time.perf_counter()
         # Validated once: init's model when the job never left this process (same content as
         # the stored copy, which is validated again only after a hand-off or a restart).
