@@ -36,9 +36,11 @@ TrainGate client and ``rollout-sdk test``'s forwarder use.
 
 from __future__ import annotations
 
+import contextvars
 import ipaddress
 import socket
 import ssl
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -46,7 +48,8 @@ import httpx
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 if TYPE_CHECKING:
-    from types import SimpleNamespace
+    from aiohttp.connector import Connection
+    from aiohttp.tracing import Trace
 
     from rollout_sdk.traingate.outbound import OutboundPolicy
 
@@ -100,17 +103,36 @@ class PolicyResolver(AbstractResolver):
         await self.inner.close()
 
 
-class _RequestTrace:
-    """Per request: whether aiohttp took the connection from its pool."""
-
-    __slots__ = ("reused",)
-
-    def __init__(self) -> None:
-        self.reused = False
+#: Per request (the task's context): whether the connector took its connection from the pool.
+_REUSED: contextvars.ContextVar[bool] = contextvars.ContextVar("rollout_sdk_reused", default=False)
 
 
-async def _on_reuse(_session: Any, context: SimpleNamespace, _params: Any) -> None:
-    context.trace_request_ctx.reused = True
+class _PoolConnector(aiohttp.TCPConnector):
+    """aiohttp's connector, saying in :data:`_REUSED` whether each connection it hands out came
+    from its pool: a connection it has handed out before is a pooled one.
+
+    Instead of aiohttp's trace signals (``on_connection_reuseconn``): with any trace config
+    aiohttp builds a trace object per request and sends every one of its signals, a few per cent
+    of the server's CPU per rollout (``python -m bench.profile``); this is one set lookup.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._handed_out: weakref.WeakSet[object] = weakref.WeakSet()
+
+    async def connect(
+        self,
+        req: aiohttp.ClientRequest,
+        traces: list[Trace],
+        timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109 - aiohttp's signature, overridden
+    ) -> Connection:
+        connection = await super().connect(req, traces, timeout)
+        protocol = connection.protocol
+        reused = protocol in self._handed_out
+        if not reused:
+            self._handed_out.add(protocol)
+        _REUSED.set(reused)
+        return connection
 
 
 def _timeout(extension: dict[str, float | None]) -> aiohttp.ClientTimeout:
@@ -163,12 +185,10 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         return self._session is not None and not self._session.closed
 
     def _open(self) -> aiohttp.ClientSession:
-        trace = aiohttp.TraceConfig()
-        trace.on_connection_reuseconn.append(_on_reuse)
         resolver = self.resolver
         if self.policy is not None:
             resolver = PolicyResolver(self.policy, resolver)
-        connector = aiohttp.TCPConnector(
+        connector = _PoolConnector(
             limit=self.max_connections,
             keepalive_timeout=self.keepalive_expiry,
             # aiohttp's default context (the system's trust store, verified), built when aiohttp
@@ -182,7 +202,6 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             # bytes (httpx would decode a whole gzip bomb at once); TrainGate sets no cookies.
             auto_decompress=True,
             cookie_jar=aiohttp.DummyCookieJar(),
-            trace_configs=[trace],
         )
 
     def _timeout_for(self, request: httpx.Request) -> aiohttp.ClientTimeout:
@@ -203,7 +222,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 raise AddressRefusedError(f"{url.host!r} {refusal}", request=request)
         if self._session is None or self._session.closed:
             self._session = self._open()
-        trace = _RequestTrace()
+        _REUSED.set(False)
         try:
             async with self._session.request(
                 request.method,
@@ -212,7 +231,6 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 data=request.content or None,
                 allow_redirects=False,
                 timeout=self._timeout_for(request),
-                trace_request_ctx=trace,
             ) as answer:
                 body = await self._read(answer, request)
                 headers = answer.raw_headers
@@ -228,7 +246,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                     extensions={"http_version": b"HTTP/1.1"},
                 )
         except aiohttp.ClientError as exc:
-            raise _translate(exc, request, reused=trace.reused) from exc
+            raise _translate(exc, request, reused=_REUSED.get()) from exc
         except TimeoutError as exc:
             raise httpx.ReadTimeout(f"no answer in time: {exc}", request=request) from exc
 
