@@ -36,11 +36,9 @@ TrainGate client and ``rollout-sdk test``'s forwarder use.
 
 from __future__ import annotations
 
-import contextvars
 import ipaddress
 import socket
 import ssl
-import weakref
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -48,8 +46,7 @@ import httpx
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 if TYPE_CHECKING:
-    from aiohttp.connector import Connection
-    from aiohttp.tracing import Trace
+    from types import SimpleNamespace
 
     from rollout_sdk.traingate.outbound import OutboundPolicy
 
@@ -103,36 +100,17 @@ class PolicyResolver(AbstractResolver):
         await self.inner.close()
 
 
-#: Per request (the task's context): whether the connector took its connection from the pool.
-_REUSED: contextvars.ContextVar[bool] = contextvars.ContextVar("rollout_sdk_reused", default=False)
+class _RequestTrace:
+    """Per request: whether aiohttp took the connection from its pool."""
+
+    __slots__ = ("reused",)
+
+    def __init__(self) -> None:
+        self.reused = False
 
 
-class _PoolConnector(aiohttp.TCPConnector):
-    """aiohttp's connector, saying in :data:`_REUSED` whether each connection it hands out came
-    from its pool: a connection it has handed out before is a pooled one.
-
-    Instead of aiohttp's trace signals (``on_connection_reuseconn``): with any trace config
-    aiohttp builds a trace object per request and sends every one of its signals, a few per cent
-    of the server's CPU per rollout (``python -m bench.profile``); this is one set lookup.
-    """
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self._handed_out: weakref.WeakSet[object] = weakref.WeakSet()
-
-    async def connect(
-        self,
-        req: aiohttp.ClientRequest,
-        traces: list[Trace],
-        timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109 - aiohttp's signature, overridden
-    ) -> Connection:
-        connection = await super().connect(req, traces, timeout)
-        protocol = connection.protocol
-        reused = protocol in self._handed_out
-        if not reused:
-            self._handed_out.add(protocol)
-        _REUSED.set(reused)
-        return connection
+async def _on_reuse(_session: Any, context: SimpleNamespace, _params: Any) -> None:
+    context.trace_request_ctx.reused = True
 
 
 def _timeout(extension: dict[str, float | None]) -> aiohttp.ClientTimeout:
@@ -185,10 +163,12 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         return self._session is not None and not self._session.closed
 
     def _open(self) -> aiohttp.ClientSession:
+        trace = aiohttp.TraceConfig()
+        trace.on_connection_reuseconn.append(_on_reuse)
         resolver = self.resolver
         if self.policy is not None:
             resolver = PolicyResolver(self.policy, resolver)
-        connector = _PoolConnector(
+        connector = aiohttp.TCPConnector(
             limit=self.max_connections,
             keepalive_timeout=self.keepalive_expiry,
             # aiohttp's default context (the system's trust store, verified), built when aiohttp
@@ -202,6 +182,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             # bytes (httpx would decode a whole gzip bomb at once); TrainGate sets no cookies.
             auto_decompress=True,
             cookie_jar=aiohttp.DummyCookieJar(),
+            trace_configs=[trace],
         )
 
     def _timeout_for(self, request: httpx.Request) -> aiohttp.ClientTimeout:
@@ -222,7 +203,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 raise AddressRefusedError(f"{url.host!r} {refusal}", request=request)
         if self._session is None or self._session.closed:
             self._session = self._open()
-        _REUSED.set(False)
+        trace = _RequestTrace()
         try:
             async with self._session.request(
                 request.method,
@@ -231,6 +212,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 data=request.content or None,
                 allow_redirects=False,
                 timeout=self._timeout_for(request),
+                trace_request_ctx=trace,
             ) as answer:
                 body = await self._read(answer, request)
                 headers = answer.raw_headers
@@ -246,7 +228,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                     extensions={"http_version": b"HTTP/1.1"},
                 )
         except aiohttp.ClientError as exc:
-            raise _translate(exc, request, reused=_REUSED.get()) from exc
+            raise _translate(exc, request, reused=trace.reused) from exc
         except TimeoutError as exc:
             raise httpx.ReadTimeout(f"no answer in time: {exc}", request=request) from exc
 
