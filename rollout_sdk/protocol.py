@@ -21,7 +21,6 @@ from pydantic import (
     Field,
     ValidationInfo,
     field_validator,
-    model_serializer,
 )
 
 from rollout_sdk.json_scan import Skeleton
@@ -221,18 +220,19 @@ def build_models() -> None:
 # --------------------------------------------------------------------------- tools
 
 
+def _is_none(value: object) -> bool:
+    return value is None
+
+
 class OpenAIFunctionPropertySchema(_Wire):
     """One parameter of a function tool."""
 
+    # LLM APIs reject ``"enum": null``: an optional field left unset is omitted. Per field, in
+    # pydantic-core's own serializer: a wrap serializer rebuilding the dict cost an eighth of
+    # init's CPU in the app (every init dumps the tools three times).
     type: str
-    description: str | None = None
-    enum: list[str] | None = None
-
-    @model_serializer(mode="wrap")
-    def _drop_nulls(self, handler: Any) -> Any:
-        # LLM APIs reject ``"enum": null``; optional fields left unset are omitted.
-        data = handler(self)
-        return {k: v for k, v in data.items() if v is not None}
+    description: str | None = Field(default=None, exclude_if=_is_none)
+    enum: list[str] | None = Field(default=None, exclude_if=_is_none)
 
 
 class OpenAIFunctionParametersSchema(_Wire):

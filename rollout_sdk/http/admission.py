@@ -70,6 +70,18 @@ def _declared_length(scope: Scope) -> int | None:
     return int(digits) if len(digits) <= 18 else 10**18
 
 
+def replaying(messages: list[Message], receive: Receive) -> Receive:
+    """A ``receive`` that gives the body's ``messages`` as they came, then whatever the client
+    sends next (its disconnect): for an app after a middleware that read the body."""
+    replay = iter(messages)
+
+    async def replaying_receive() -> Message:
+        message = next(replay, None)
+        return message if message is not None else await receive()
+
+    return replaying_receive
+
+
 class AdmissionMiddleware:
     """413 for a ``POST /v1/rollout/*`` body over ``max_body_bytes``; 415 for a non-JSON init.
 
@@ -119,14 +131,7 @@ class AdmissionMiddleware:
             except PayloadTooLarge as exc:
                 await send_problem(scope, receive, send, exc)
                 return
-        replay = iter(messages)
-
-        async def replaying_receive() -> Message:
-            # The body as it came, then whatever the client sends next (its disconnect).
-            message = next(replay, None)
-            return message if message is not None else await receive()
-
-        await self.app(scope, replaying_receive, send)
+        await self.app(scope, replaying(messages, receive), send)
 
     def _refusal_by_headers(self, scope: Scope, *, init: bool) -> RequestRejected | None:
         """415 for an init that is not JSON, then 413 for a declared length over the limit."""

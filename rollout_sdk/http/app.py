@@ -36,6 +36,7 @@ from rollout_sdk.errors import ConfigurationError
 from rollout_sdk.http.admission import AdmissionMiddleware
 from rollout_sdk.http.auth import KeyProvider, ServerKeyMiddleware
 from rollout_sdk.http.body_limits import InitBodyLimits
+from rollout_sdk.http.init_route import LeanInitRoute
 from rollout_sdk.http.problems import install_problem_handlers
 from rollout_sdk.protocol import InitResponse, RolloutRequest, build_models
 from rollout_sdk.settings import RolloutSettings, get_settings
@@ -147,8 +148,10 @@ def build_app(
     _add_routes(app, agent_loop, services)
     if metrics is not None:
         _add_metrics_route(app, metrics)
-    # Added first, so it runs inside the key check: an unauthenticated request is a 401 whatever
-    # its size or content type.
+    # Innermost: it sees only what the key check and admission let through.
+    app.add_middleware(LeanInitRoute, service=services.service)
+    # Inside the key check: an unauthenticated request is a 401 whatever its size or content
+    # type.
     app.add_middleware(
         AdmissionMiddleware,
         max_body_bytes=services.settings.kit.max_body_bytes,
