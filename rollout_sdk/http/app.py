@@ -267,8 +267,8 @@ def local_app(
     metrics: PrometheusTelemetry | None = None,
 ) -> FastAPI:
     """A process that runs its own rollouts, on ``engine`` and the dispatcher it built: every
-    wire model built now (a long-lived server pays for them at start-up, not on a first
-    request), callback keys sealed into the record from init on (its restart sweep and cancel
+    wire model built now and the TrainGate client's HTTP stack loaded at start-up (a long-lived
+    server pays for them then, not on a first request or rollout), callback keys sealed into the record from init on (its restart sweep and cancel
     need them), and the re-drive on a timer while it serves. ConfigurationError for an engine
     without its dispatcher."""
     if engine.dispatcher is None:
@@ -296,7 +296,7 @@ def local_app(
         keys=keys,
         key_provider=key_provider,
         docs=docs,
-        on_startup=on_startup,
+        on_startup=(engine.client.prepare, *on_startup),
         while_serving=[("re-drive", lambda: engine.recovery.run_forever(interval))],
         on_shutdown=on_shutdown,
         metrics=metrics,
