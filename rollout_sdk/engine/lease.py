@@ -75,43 +75,59 @@ class Leases:
     ) -> AsyncIterator[None]:
         """Renew the lease every ``heartbeat_seconds`` while the block runs; ``on_record`` sees
         each renewed record (the worker reads ``cancel_requested`` from it); a ``watch``-ed
-        lease's due time moves with it."""
+        lease's due time moves with it.
 
-        stop = asyncio.Event()
+        The heartbeat is a timer of the event loop, not a task: a task waiting on an event
+        with a timeout cost about 4% of the local server's CPU (``python -m bench.profile``:
+        a task, an event and a timeout per held block, two blocks a rollout), while most blocks
+        end before their first renewal is due. A renewal runs as a task only when its timer
+        fires."""
+        loop = asyncio.get_running_loop()
+        held = True
+        timer: asyncio.TimerHandle | None = None
+        renewal: asyncio.Task[None] | None = None
 
-        async def beat() -> None:
-            while not stop.is_set():
-                try:
-                    await asyncio.wait_for(stop.wait(), self.heartbeat_seconds)
-                    return  # the block ended
-                except TimeoutError:
-                    pass
-                now = self.clock()
-                try:
-                    renewed = await self.store.renew(
-                        rollout_id,
-                        state=state,
-                        attempt=attempt,
-                        lease_until=self.until(now),
-                        now=now,
-                        watch=watch,
-                    )
-                except StoreError as exc:
-                    logger.warning(
-                        "lease renewal failed", extra={"rollout_id": rollout_id, "error": str(exc)}
-                    )
-                    continue
-                if renewed.record is not None and on_record is not None:
-                    on_record(renewed.record)
-                if not renewed.applied:
-                    return  # no longer ours
+        def arm() -> None:
+            nonlocal timer
+            if held:
+                timer = loop.call_later(self.heartbeat_seconds, fire)
 
-        task = asyncio.create_task(beat(), name=f"lease:{rollout_id}")
+        def fire() -> None:
+            nonlocal renewal
+            if held:
+                renewal = loop.create_task(renew(), name=f"lease:{rollout_id}")
+
+        async def renew() -> None:
+            now = self.clock()
+            try:
+                renewed = await self.store.renew(
+                    rollout_id,
+                    state=state,
+                    attempt=attempt,
+                    lease_until=self.until(now),
+                    now=now,
+                    watch=watch,
+                )
+            except StoreError as exc:
+                logger.warning(
+                    "lease renewal failed", extra={"rollout_id": rollout_id, "error": str(exc)}
+                )
+                arm()  # tried again a heartbeat later
+                return
+            if renewed.record is not None and on_record is not None:
+                on_record(renewed.record)
+            if renewed.applied:
+                arm()  # else no longer ours: no more renewals
+
+        arm()
         try:
             yield
         finally:
+            held = False
+            if timer is not None:
+                timer.cancel()
             # Not cancelled: a renewal under way (on a store's thread, which a cancel would not
             # stop) finishes before the block's next move, or it could re-lease what that move
             # just released (a parked response, held for a lease period more).
-            stop.set()
-            await asyncio.gather(task, return_exceptions=True)
+            if renewal is not None:
+                await asyncio.gather(renewal, return_exceptions=True)

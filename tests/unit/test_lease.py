@@ -10,6 +10,7 @@ from typing import Any, cast
 import pytest
 
 from rollout_sdk.engine.lease import Leases
+from rollout_sdk.errors import StoreError
 from rollout_sdk.settings import KitSettings
 from rollout_sdk.store.base import Store, TransitionResult
 from rollout_sdk.store.record import RecordState, RolloutRecord
@@ -74,3 +75,92 @@ KEYLESS_RECORD = SEALED_RECORD.evolve(sealed_key=None)
 )
 def test_the_watch_rule(record: RolloutRecord | None, options: Any, watched: bool) -> None:
     assert Leases.watches(record, **options) is watched
+
+
+class CountingRenewals:
+    """A store whose renew answers at once: applied for the first ``applied`` calls, then not;
+    ``seen`` is set after ``wanted`` calls, and a StoreError is raised on the calls in
+    ``failing``."""
+
+    def __init__(self, *, applied: int, wanted: int, failing: frozenset[int] = frozenset()) -> None:
+        self.applied = applied
+        self.wanted = wanted
+        self.failing = failing
+        self.calls = 0
+        self.seen = asyncio.Event()
+
+    async def renew(self, rollout_id: str, **_: Any) -> TransitionResult:
+        self.calls += 1
+        if self.calls >= self.wanted:
+            self.seen.set()
+        if self.calls in self.failing:
+            raise StoreError("the store is down")
+        return TransitionResult(self.calls <= self.applied, None)
+
+
+def _leases(store: object) -> Leases:
+    kit = KitSettings.model_construct(lease_seconds=60.0, heartbeat_seconds=0.001)
+    return Leases(cast("Store", store), kit, clock=lambda: 0.0)
+
+
+class Timers:
+    """The running loop's ``call_later``, watched: every heartbeat timer armed (others, such as
+    ``wait_for``'s timeouts, pass through uncounted)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        loop = asyncio.get_running_loop()
+        self.armed: list[asyncio.TimerHandle] = []
+        original = loop.call_later
+
+        def call_later(delay: float, callback: Any, *args: Any, **kwargs: Any) -> Any:
+            handle = original(delay, callback, *args, **kwargs)
+            if getattr(callback, "__qualname__", "").startswith("Leases.holding."):
+                self.armed.append(handle)
+            return handle
+
+        monkeypatch.setattr(loop, "call_later", call_later)
+
+    def live(self) -> list[asyncio.TimerHandle]:
+        """Armed, not cancelled, not yet due: would still fire."""
+        now = asyncio.get_running_loop().time()
+        return [h for h in self.armed if not h.cancelled() and h.when() > now]
+
+
+async def test_the_heartbeat_renews_again_and_again_while_the_block_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A failed renewal is tried again a heartbeat later: call 2 fails, 3 and 4 still come.
+    store = CountingRenewals(applied=100, wanted=4, failing=frozenset({2}))
+    timers = Timers(monkeypatch)
+    async with _leases(store).holding("r1", 1, RecordState.RUNNING):
+        await asyncio.wait_for(store.seen.wait(), WITHIN)
+    assert store.calls >= 4
+    assert timers.armed  # the heartbeat is a timer
+    assert timers.live() == []  # and none is left to renew after the block
+
+
+async def test_a_renewal_not_applied_stops_the_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = CountingRenewals(applied=1, wanted=2)
+    timers = Timers(monkeypatch)
+    async with _leases(store).holding("r1", 1, RecordState.RUNNING):
+        # The store answers at once, so the renewal that was refused (no longer ours) has
+        # ended when this wakes: the first timer and the one after renewal 1, none after 2.
+        await asyncio.wait_for(store.seen.wait(), WITHIN)
+        assert store.calls == 2
+        assert len(timers.armed) == 2
+        assert timers.live() == []
+
+
+async def test_a_block_that_ends_before_its_first_heartbeat_starts_no_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = CountingRenewals(applied=100, wanted=1)
+    kit = KitSettings.model_construct(lease_seconds=60.0, heartbeat_seconds=30.0)
+    leases = Leases(cast("Store", store), kit, clock=lambda: 0.0)
+    timers = Timers(monkeypatch)
+    before = len(asyncio.all_tasks())
+    async with leases.holding("r1", 1, RecordState.RUNNING):
+        assert len(asyncio.all_tasks()) == before
+        assert len(timers.live()) == 1
+    assert timers.live() == []
+    assert store.calls == 0
