@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from rollout_sdk.errors import DispatchError
 
 if TYPE_CHECKING:
-    from rollout_sdk.protocol import RolloutRequest
+    from rollout_sdk.protocol import InitResponse, RolloutRequest
 
 
 @dataclass(frozen=True)
@@ -18,17 +18,19 @@ class Job:
     """What a worker needs beyond the record: the id, the attempt, and the callback key.
 
     The callback key travels with the job, never in the record (protocol.md section 3).
-    ``request`` is init's validated request, when the job stays in this process (the local
-    server's in-process dispatcher): the worker then uses it rather than validating the stored
-    copy again. ``cost`` is what the rollout used before the hand-off (on Lambda, the API
+    ``request`` and ``init_response`` are init's validated request and 202 body, when the job
+    stays in this process (the local server's in-process dispatcher): the worker then uses them
+    rather than validating the stored copies again. ``cost`` is what the rollout used before the hand-off (on Lambda, the API
     function's part of its cost estimate, :mod:`rollout_sdk.cost`), for the worker to
-    carry on. Dispatchers that send the job elsewhere carry all but ``request``.
+    carry on. Dispatchers that send the job elsewhere carry all but ``request`` and
+    ``init_response``.
     """
 
     rollout_id: str
     attempt: int = 1
     api_key: str | None = field(default=None, repr=False)
     request: RolloutRequest | None = field(default=None, repr=False, compare=False)
+    init_response: InitResponse | None = field(default=None, repr=False, compare=False)
     cost: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
 

@@ -135,7 +135,7 @@ class RolloutService:
         if not created.created:
             return await self._duplicate(record, created.record, created.conflict_on, request)
         try:
-            await self._hand_off(request)
+            await self._hand_off(request, init_response)
         except DispatchError:
             # Without a worker the record would wait forever: release it so TrainGate's retry
             # of this init dispatches afresh. A duplicate that has handed the rollout off in
@@ -152,11 +152,19 @@ class RolloutService:
         logger.info("rollout accepted", extra={"rollout_id": record.rollout_id})
         return init_response
 
-    async def _hand_off(self, request: RolloutRequest) -> None:
+    async def _hand_off(
+        self, request: RolloutRequest, init_response: InitResponse | None = None
+    ) -> None:
         try:
             with self.telemetry.span(Span.HAND_OFF, rollout_id=request.rollout_id):
                 await self.dispatcher.dispatch(
-                    Job(request.rollout_id, 1, request.api_key, request=request)
+                    Job(
+                        request.rollout_id,
+                        1,
+                        request.api_key,
+                        request=request,
+                        init_response=init_response,
+                    )
                 )
         except DispatchError:
             raise

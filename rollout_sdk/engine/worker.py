@@ -232,10 +232,11 @@ class RolloutWorker:
         # the LLM client ended the rollout with, and a result the protocol cannot carry decide
         # one outcome in this order of precedence, which reads top to bottom only here.
         started = time.perf_counter()
-        # Validated once: init's model when the job never left this process (same content as
+        # Validated once: init's models when the job never left this process (same content as
         # the stored copy, which is validated again only after a hand-off or a restart).
         request = job.request if job.request is not None else record.rollout_request(job.api_key)
-        tools = record.init_response_model().tools
+        init_response = job.init_response or record.init_response_model()
+        tools = init_response.tools
         llm = RolloutLLMClient(
             self.client,
             server_url=request.server_url,

@@ -88,13 +88,15 @@ async def test_init_answers_202_with_tools_and_dispatches_one_job(server: Server
     assert (job.rollout_id, job.attempt, job.api_key) == ("rollout-1", 1, "cb-key")
 
 
-async def test_the_job_carries_inits_validated_request_as_stored(server: Server) -> None:
+async def test_the_job_carries_inits_validated_models_as_stored(server: Server) -> None:
     await server.init(api_key="cb-key")
     (job,) = server.dispatcher.jobs
     record = await server.store.get("rollout-1", now=0)
     assert record is not None
     assert job.request is not None
     assert job.request == record.rollout_request("cb-key")
+    assert job.init_response is not None
+    assert job.init_response == record.init_response_model()
 
 
 async def test_init_writes_an_accepted_record_without_the_callback_key(server: Server) -> None:

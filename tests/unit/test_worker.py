@@ -170,28 +170,37 @@ async def test_happy_path_reaches_delivered_with_metrics() -> None:
     assert metrics["total_latency_ms"] >= metrics["llm_latency_ms"] > 0
 
 
-async def test_a_job_carrying_inits_request_is_not_validated_again(
+async def test_a_job_carrying_inits_models_is_not_validated_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     rig = await make_rig()
     validated_from_store: list[str] = []
-    original = RolloutRecord.rollout_request
+    original_request = RolloutRecord.rollout_request
+    original_init = RolloutRecord.init_response_model
 
     def counting(self: RolloutRecord, api_key: str | None = None) -> RolloutRequest:
-        validated_from_store.append(self.rollout_id)
-        return original(self, api_key)
+        validated_from_store.append("request")
+        return original_request(self, api_key)
+
+    def counting_init(self: RolloutRecord) -> InitResponse:
+        validated_from_store.append("init_response")
+        return original_init(self)
 
     monkeypatch.setattr(RolloutRecord, "rollout_request", counting)
+    monkeypatch.setattr(RolloutRecord, "init_response_model", counting_init)
     request = RolloutRequest.model_validate({**rig.request.model_dump(), "api_key": "cb-key"})
-    final = await rig.worker.run(Job("rollout-1", 1, "cb-key", request=request))
+    record = await rig.store.get("rollout-1", now=time.time())
+    assert record is not None
+    init_response = original_init(record)
+    job = Job("rollout-1", 1, "cb-key", request=request, init_response=init_response)
+    final = await rig.worker.run(job)
     assert final is not None
     assert final.state == RecordState.DELIVERED
     assert validated_from_store == []
-    # Without it (a job from another process, or after a restart), the stored copy is used.
+    # Without them (a job from another process, or after a restart), the stored copies are used.
     rig2 = await make_rig()
-    monkeypatch.setattr(RolloutRecord, "rollout_request", counting)
     assert await rig2.worker.run(JOB) is not None
-    assert validated_from_store == ["rollout-1"]
+    assert validated_from_store == ["request", "init_response"]
 
 
 async def test_callback_key_and_completion_params_reach_traingate() -> None:
