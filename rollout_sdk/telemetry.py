@@ -21,11 +21,10 @@ writes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 # The name it logged under before it moved out of engine/, kept for log filters.
 logger = logging.getLogger("rollout_sdk.engine.telemetry")
@@ -124,19 +123,28 @@ class EmitFailures:
         self.what = what
         self.failures = 0
 
-    @contextmanager
-    def swallowed(self) -> Iterator[None]:
+    # A context manager of its own rather than ``contextlib.contextmanager``: every metric
+    # goes through it, and a generator-based one costs a generator and two frames per use.
+    def swallowed(self) -> EmitFailures:
         """Run the block; an exception from it is counted, logged the first time, and dropped."""
-        try:
-            yield
-        except Exception:
-            self.failures += 1
-            if self.failures == 1:
-                logger.warning(
-                    "%s failed; the rollout goes on, and further failures are not logged",
-                    self.what,
-                    exc_info=True,
-                )
+        return self
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> bool:
+        if kind is None or not issubclass(kind, Exception):
+            return False
+        self.failures += 1
+        if self.failures == 1:
+            logger.warning(
+                "%s failed; the rollout goes on, and further failures are not logged",
+                self.what,
+                exc_info=exc,
+            )
+        return True
 
 
 def finished_dimensions(status: str, category: str | None) -> dict[str, str]:
@@ -155,15 +163,21 @@ def current_rollout() -> str | None:
     return _current_rollout.get()
 
 
-@contextmanager
-def rollout_scope(rollout_id: str) -> Iterator[None]:
+class rollout_scope:  # named as the function it was: ``with rollout_scope(rollout_id):``
     """Every log line written inside the block (in this task, and in tasks it starts) carries
-    ``rollout_id``; the previous value comes back after it."""
-    token = _current_rollout.set(rollout_id)
-    try:
-        yield
-    finally:
-        _current_rollout.reset(token)
+    ``rollout_id``; the previous value comes back after it. (A class, not a generator-based
+    context manager: the worker and delivery enter one per rollout.)"""
+
+    __slots__ = ("_rollout_id", "_token")
+
+    def __init__(self, rollout_id: str) -> None:
+        self._rollout_id = rollout_id
+
+    def __enter__(self) -> None:
+        self._token = _current_rollout.set(self._rollout_id)
+
+    def __exit__(self, *_: object) -> None:
+        _current_rollout.reset(self._token)
 
 
 class RolloutLogFilter(logging.Filter):

@@ -186,7 +186,10 @@ class PrometheusTelemetry:
                     self._gauges.setdefault(metric, {})[key] = value
                 else:
                     histograms = self._histograms.setdefault(metric, {})
-                    histograms.setdefault(key, _Histogram(family.buckets)).observe(value)
+                    histogram = histograms.get(key)
+                    if histogram is None:
+                        histogram = histograms[key] = _Histogram(family.buckets)
+                    histogram.observe(value)
 
     def span(self, name: Span, *, rollout_id: str) -> AbstractContextManager[None]:
         """Nothing is traced locally."""

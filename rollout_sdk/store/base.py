@@ -41,7 +41,7 @@ import abc
 import enum
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 from rollout_sdk.store.record import RecordState, RolloutRecord
@@ -144,11 +144,13 @@ class Update:
 
     def changes(self) -> dict[str, Any]:
         """The set fields by name (for an adapter to encode)."""
-        return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not UNSET}
+        # The instance's __dict__ holds exactly the fields (no slots, no extra attributes):
+        # a third of the cost of dataclasses.fields() and getattr for each, once per move.
+        return {name: value for name, value in self.__dict__.items() if value is not UNSET}
 
     def applied_to(self, record: RolloutRecord) -> RolloutRecord:
         """``record`` with the set fields changed."""
-        return replace(record, **self.changes())
+        return record.evolve(**self.changes())
 
 
 def _finished(
