@@ -43,7 +43,7 @@ import email.utils
 import json
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -409,15 +409,34 @@ class TrainGateClient:
         )
 
     async def complete_rollout(
-        self, server_url: str, response: RolloutResponse, *, api_key: str | None
+        self,
+        server_url: str,
+        response: RolloutResponse | Mapping[str, Any],
+        *,
+        api_key: str | None,
     ) -> DeliveryResult:
-        """POST the final response until a 2xx, a final 4xx, or the retries run out. Never raises."""
+        """POST the final response until a 2xx, a final 4xx, or the retries run out. Never raises.
+
+        ``response`` is the model, or its JSON-ready dump (``model_dump(mode="json")``, as the
+        rollout record stores it), which is encoded as it is, with no pydantic on the way.
+        """
         try:
-            content = _encode(response.model_dump(mode="json"))
-        except ValueError as exc:
-            # No attempt can succeed; a final failure, recorded, rather than an exception.
+            if isinstance(response, RolloutResponse):
+                content = _encode(response.model_dump(mode="json"))
+            else:
+                # json.dumps takes a dict (a dump is one); another mapping is copied into one.
+                content = _encode(response if isinstance(response, dict) else dict(response))
+        except (ValueError, TypeError) as exc:
+            # NaN or an infinity (ValueError; or a model pydantic cannot dump), or a value in a
+            # dump JSON has no form for (TypeError): no attempt can succeed. A final failure,
+            # recorded, rather than an exception.
             return DeliveryResult(False, True, 0, None, f"response is not valid JSON: {exc}")
-        with self.telemetry.span(Span.CALLBACK, rollout_id=response.rollout_id):
+        rollout_id = (
+            response.rollout_id
+            if isinstance(response, RolloutResponse)
+            else str(response.get("rollout_id", ""))
+        )
+        with self.telemetry.span(Span.CALLBACK, rollout_id=rollout_id):
             try:
                 outcome = await self._exchange(
                     server_url + COMPLETED_PATH,
