@@ -1,27 +1,39 @@
 """The TrainGate client: one per process, shared by every rollout (protocol.md section 5).
 
 One transport holds one connection pool and one TLS context for the whole process; the reference
-built a client per rollout and paid about 22 ms of CPU per TLS context. Each call builds an
-``httpx.Request`` and hands it straight to an ``httpx.AsyncBaseTransport``: by default the kit's
-:class:`~rollout_sdk.traingate.transport.AiohttpTransport` (chosen by measurement, see that module),
-in tests ``httpx.MockTransport``. ``httpx.AsyncClient`` is not used: its per-request work
-(merging URLs, headers and cookies, auth and redirect flows) cost more CPU than the whole
-exchange on the wire, and TrainGate needs none of it.
+built a client per rollout and paid about 22 ms of CPU per TLS context. ``httpx.AsyncClient`` is
+not used: its per-request work (merging URLs, headers and cookies, auth and redirect flows) cost
+more CPU than the whole exchange on the wire, and TrainGate needs none of it.
+
+Two paths under :meth:`TrainGateClient._send`, one above it. On the kit's own transport
+(:class:`~rollout_sdk.traingate.transport.AiohttpTransport`, the default, chosen by measurement:
+see that module) each POST goes through its
+:meth:`~rollout_sdk.traingate.transport.AiohttpTransport.post`: the endpoint's URL parsed once
+(a ``yarl.URL``, kept per endpoint), header pairs, the bytes and one ``aiohttp.ClientTimeout``
+built once, and no httpx object at all. That path exists because a profile of the local server
+put httpx's model objects at about 10% of all its CPU, per chat call and per callback:
+``httpx.Request.__init__`` 5.0%, ``httpx.Response.__init__`` 3.6%, ``httpx.Headers`` 1.7%. Any
+other ``httpx.AsyncBaseTransport`` (``httpx.MockTransport`` in tests, ``httpx.AsyncHTTPTransport``
+for httpx's own pool) is given an ``httpx.Request`` as before, and its ``httpx.Response`` is read
+as the same :class:`~rollout_sdk.traingate.transport.Answer`; so retries, ``Retry-After``, the
+status rules, the quoted bodies and :class:`DeliveryResult` are one code path whichever
+transport sent the request.
 
 Retries follow the kit rules: 5xx, 408, 429, timeouts and dropped connections are retried with
 exponential backoff and jitter, ``Retry-After`` is honoured, any 2xx is success, any other 4xx is
 final. A request that fails on a reused pooled connection before any answer
 (:class:`~rollout_sdk.traingate.transport.StaleConnectionError`) is sent once more at once, on a new
-connection, without counting against the retries (:func:`~rollout_sdk.traingate.transport.send`):
-the server most likely closed the idle connection, and the one duplicate this can make (the first
-copy had arrived after all) is the one HTTP allows for a POST whose answer was lost
-(docs/architecture.md, "The one duplicate HTTP allows").
+connection, without counting against the retries, on either path (one rule,
+:func:`~rollout_sdk.traingate.transport.once_more_if_stale`): the server most likely closed the
+idle connection, and the one duplicate this can make (the first copy had arrived after all) is
+the one HTTP allows for a POST whose answer was lost (docs/architecture.md, "The one duplicate
+HTTP allows").
 
 Nothing above this module sees an httpx exception: each is translated into the kit's own tree.
 
-httpx and the transport are imported inside the functions that use them: the author API imports
-this module (``ctx.chat`` wraps the client), and an agent author's import loads no HTTP client
-(``tests/unit/test_imports.py``); the first call pays for them.
+httpx, aiohttp, yarl and the transport are imported inside the functions that use them: the author
+API imports this module (``ctx.chat`` wraps the client), and an agent author's import loads no
+HTTP client (``tests/unit/test_imports.py``); the first call pays for them.
 """
 
 from __future__ import annotations
@@ -31,7 +43,7 @@ import email.utils
 import json
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -49,9 +61,12 @@ from rollout_sdk.telemetry import NO_TELEMETRY, Metric, Span
 from rollout_sdk.traingate.outbound import OutboundPolicy
 
 if TYPE_CHECKING:
+    import aiohttp
     import httpx
+    import yarl
 
     from rollout_sdk.telemetry import Telemetry
+    from rollout_sdk.traingate.transport import Answer
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETED_PATH = "/v1/rollout/completed"
@@ -62,6 +77,9 @@ Sleep = Callable[[float], Awaitable[None]]
 _URL_CACHE_SIZE = 64
 #: Characters of a remote body a message (and so a status answer) quotes.
 _QUOTED = 300
+#: Every POST's body type, as a header pair of the kit's transport and as httpx's.
+_JSON = ("Content-Type", "application/json")
+_JSON_BYTES = (b"Content-Type", b"application/json")
 
 
 def _encode(body: Any) -> bytes:
@@ -133,7 +151,7 @@ class _Exchange:
     """The last answer of a retried POST (None when the last attempt got none) and how many
     attempts were made; ``failure`` says why the last attempt got no answer."""
 
-    answer: httpx.Response | None
+    answer: Answer | None
     failure: _RetryableFailure | None
     attempts: int
 
@@ -172,12 +190,15 @@ class TrainGateClient:
         self._sleep = sleep
         self._jitter = jitter
         self._telemetry = telemetry
-        # Built once, not per request: httpx's timeout extension, and each endpoint's URL
+        # Built once, not per request: the timeouts (httpx's extension, and aiohttp's from it
+        # when first needed), and each endpoint's URL, in the type its transport takes
         # (parsing a URL is a tenth of an exchange's CPU).
         self._timeouts = {
             name: self.settings.timeout_seconds for name in ("connect", "read", "write", "pool")
         }
+        self._client_timeout: aiohttp.ClientTimeout | None = None
         self._urls: dict[str, httpx.URL] = {}
+        self._yarl_urls: dict[str, yarl.URL] = {}
 
     @property
     def telemetry(self) -> Telemetry:
@@ -227,6 +248,17 @@ class TrainGateClient:
             parsed = self._urls[url] = httpx.URL(url)
         return parsed
 
+    def _yarl_url(self, url: str) -> yarl.URL:
+        parsed = self._yarl_urls.get(url)
+        if parsed is None:
+            # Here: no HTTP client at import (the module docstring).
+            from rollout_sdk.traingate.transport import parse_url
+
+            if len(self._yarl_urls) >= _URL_CACHE_SIZE:
+                self._yarl_urls.clear()
+            parsed = self._yarl_urls[url] = parse_url(url)
+        return parsed
+
     def backoff(self, attempt: int, retry_after: float | None = None) -> float:
         """Delay before retry ``attempt`` (0-based): capped exponential with jitter, or Retry-After."""
         s = self.settings
@@ -238,15 +270,39 @@ class TrainGateClient:
             delay = max(delay, min(retry_after, s.timeout_seconds))
         return delay
 
-    async def _send(self, url: str, content: bytes, api_key: str | None) -> httpx.Response:
+    async def _send(self, url: str, content: bytes, api_key: str | None) -> Answer:
         """One POST of ``content``, its answer read whole, sent once more at once when a reused
-        connection failed before any answer (:func:`~rollout_sdk.traingate.transport.send`)."""
+        connection failed before any answer
+        (:func:`~rollout_sdk.traingate.transport.once_more_if_stale`): through the kit's
+        transport's own POST, else as an ``httpx.Request`` (the module docstring)."""
+        # Here: no HTTP client at import (the module docstring).
+        from rollout_sdk.traingate.transport import (
+            AiohttpTransport,
+            client_timeout,
+            once_more_if_stale,
+        )
+
+        transport = self.transport
+        if isinstance(transport, AiohttpTransport):
+            target = self._yarl_url(url)
+            timeout = self._client_timeout
+            if timeout is None:
+                timeout = self._client_timeout = client_timeout(self._timeouts)
+            headers = (_JSON, ("Authorization", "Bearer " + api_key)) if api_key else (_JSON,)
+            return await once_more_if_stale(
+                lambda: transport.post(target, headers, content, timeout)
+            )
+        return await self._send_httpx(transport, url, content, api_key)
+
+    async def _send_httpx(
+        self, transport: httpx.AsyncBaseTransport, url: str, content: bytes, api_key: str | None
+    ) -> Answer:
         # Here: no HTTP client at import (the module docstring).
         import httpx
 
-        from rollout_sdk.traingate.transport import send
+        from rollout_sdk.traingate.transport import Answer, send
 
-        headers = [(b"Content-Type", b"application/json")]
+        headers = [_JSON_BYTES]
         if api_key:
             headers.append((b"Authorization", b"Bearer " + api_key.encode()))
         request = httpx.Request(
@@ -256,9 +312,9 @@ class TrainGateClient:
             content=content,
             extensions={"timeout": self._timeouts},
         )
-        return await send(self.transport, request)
+        return Answer.of(await send(transport, request))
 
-    async def _post(self, url: str, content: bytes, api_key: str | None) -> httpx.Response:
+    async def _post(self, url: str, content: bytes, api_key: str | None) -> Answer:
         """:meth:`_send`, its failures translated: a refused address and an answer over the cap
         are final, every other failure becomes a :class:`_RetryableFailure`."""
         # Here: no HTTP client at import (the module docstring).
@@ -287,7 +343,7 @@ class TrainGateClient:
     ) -> _Exchange:
         """POST ``content`` until an answer that is not worth retrying (2xx or a final 4xx), or
         until ``retries`` retries have run out; the one retry loop of both TrainGate calls."""
-        answer: httpx.Response | None = None
+        answer: Answer | None = None
         failure: _RetryableFailure | None = None
         for attempt in range(retries + 1):
             retry_after: float | None = None
@@ -353,15 +409,34 @@ class TrainGateClient:
         )
 
     async def complete_rollout(
-        self, server_url: str, response: RolloutResponse, *, api_key: str | None
+        self,
+        server_url: str,
+        response: RolloutResponse | Mapping[str, Any],
+        *,
+        api_key: str | None,
     ) -> DeliveryResult:
-        """POST the final response until a 2xx, a final 4xx, or the retries run out. Never raises."""
+        """POST the final response until a 2xx, a final 4xx, or the retries run out. Never raises.
+
+        ``response`` is the model, or its JSON-ready dump (``model_dump(mode="json")``, as the
+        rollout record stores it), which is encoded as it is, with no pydantic on the way.
+        """
         try:
-            content = _encode(response.model_dump(mode="json"))
-        except ValueError as exc:
-            # No attempt can succeed; a final failure, recorded, rather than an exception.
+            if isinstance(response, RolloutResponse):
+                content = _encode(response.model_dump(mode="json"))
+            else:
+                # json.dumps takes a dict (a dump is one); another mapping is copied into one.
+                content = _encode(response if isinstance(response, dict) else dict(response))
+        except (ValueError, TypeError) as exc:
+            # NaN or an infinity (ValueError; or a model pydantic cannot dump), or a value in a
+            # dump JSON has no form for (TypeError): no attempt can succeed. A final failure,
+            # recorded, rather than an exception.
             return DeliveryResult(False, True, 0, None, f"response is not valid JSON: {exc}")
-        with self.telemetry.span(Span.CALLBACK, rollout_id=response.rollout_id):
+        rollout_id = (
+            response.rollout_id
+            if isinstance(response, RolloutResponse)
+            else str(response.get("rollout_id", ""))
+        )
+        with self.telemetry.span(Span.CALLBACK, rollout_id=rollout_id):
             try:
                 outcome = await self._exchange(
                     server_url + COMPLETED_PATH,

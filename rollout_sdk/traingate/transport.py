@@ -1,4 +1,5 @@
-"""The HTTP stack under the TrainGate client: an ``httpx`` transport over an ``aiohttp`` pool.
+"""The HTTP stack under the TrainGate client: an ``aiohttp`` pool behind a POST of its own and
+behind an ``httpx`` transport's seam.
 
 Chosen by measurement (``python -m bench.clients``, README "Speed"): per rollout (two chat calls
 and one callback), httpx's own pool (httpcore) cost the client process about 14 ms of CPU,
@@ -7,11 +8,21 @@ transport, called without ``httpx.AsyncClient`` above it, comes within a few ten
 millisecond of aiohttp alone. httpcore's pool looks at every pooled connection on each request
 (encode/httpcore#1035); aiohttp keeps idle connections per host in a queue and takes the newest.
 
-The seam stays httpx's: :class:`~rollout_sdk.traingate.client.TrainGateClient` builds an
-``httpx.Request`` and hands it to any ``httpx.AsyncBaseTransport``; tests give it
-``httpx.MockTransport``, and ``httpx.AsyncHTTPTransport`` still works. This module is written
-here rather than taken from the httpx-aiohttp package because the client's error rules need what
-that package does not give: every aiohttp failure mapped to the httpx exception that says what
+Two ways in, one exchange under both. :meth:`AiohttpTransport.post` is the TrainGate client's:
+the URL as a string or a parsed ``yarl.URL`` (aiohttp's own type), plain header pairs, the bytes
+and an ``aiohttp.ClientTimeout`` (its ``timeouts``); it answers an :class:`Answer` (status, headers, body) and
+builds no httpx object, which a profile of the local server had put at about a tenth of its CPU
+(the client module says more). :meth:`AiohttpTransport.handle_async_request` keeps httpx's seam
+for every other caller (``rollout-sdk test``'s forwarder, :mod:`rollout_sdk.network`, tests):
+the client gives any other ``httpx.AsyncBaseTransport`` (``httpx.MockTransport`` in tests,
+``httpx.AsyncHTTPTransport``) an ``httpx.Request`` and reads its ``httpx.Response`` as an
+:class:`Answer`. Both ways run the same exchange (``AiohttpTransport._exchange``): the policy's
+check of a literal host, the answer cap, the stale-connection mark and the error translation are
+written there once. Failures are httpx's exception classes on both, those of :meth:`post` built
+without a request (``request=None``: nothing in the kit reads ``exc.request``).
+
+This module is written here rather than taken from the httpx-aiohttp package because the client's
+error rules need what that package does not give: every aiohttp failure mapped to the httpx exception that says what
 happened (it maps a dropped connection to ``ConnectTimeout``), and whether the failed request
 went out on a connection taken from the pool (:class:`StaleConnectionError`). It reads each body
 whole (TrainGate's answers are small JSON), so there is no stream to manage, but never more of it
@@ -30,8 +41,9 @@ Stale connections: a pooled connection may have been closed by the server (uvico
 idle for 5 s; a thawed Lambda environment may hold connections the far end forgot long ago).
 Idle connections are dropped after :data:`KEEPALIVE_EXPIRY_SECONDS`, below those idle timeouts,
 and a request that fails on a reused connection before any answer raises
-:class:`StaleConnectionError`, which :func:`send` sends once more at once: the one send both the
-TrainGate client and ``rollout-sdk test``'s forwarder use.
+:class:`StaleConnectionError`, which :func:`once_more_if_stale` sends once more at once: the one
+rule under :func:`send` (the httpx seam: the forwarder, and the client on any other transport)
+and under the client's calls of :meth:`AiohttpTransport.post`.
 """
 
 from __future__ import annotations
@@ -39,11 +51,13 @@ from __future__ import annotations
 import ipaddress
 import socket
 import ssl
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 import httpx
 from aiohttp.abc import AbstractResolver, ResolveResult
+from yarl import URL
 
 if TYPE_CHECKING:
     from types import SimpleNamespace
@@ -70,6 +84,28 @@ class AddressRefusedError(httpx.ConnectError):
 class AnswerTooLargeError(httpx.DecodingError):
     """The answer's body passed the transport's ``max_answer_bytes``; the rest was not read.
     The request was sent and its status may have been a success."""
+
+
+class Answer:
+    """An answer read whole, as the TrainGate client reads one whichever way it was sent: the
+    status, the headers (``.get`` ignores case: aiohttp's ``CIMultiDictProxy`` from
+    :meth:`AiohttpTransport.post`, ``httpx.Headers`` from an httpx transport) and the body,
+    decoded."""
+
+    __slots__ = ("content", "headers", "status_code")
+
+    def __init__(self, status_code: int, headers: Mapping[str, str], content: bytes) -> None:
+        self.status_code = status_code
+        self.headers = headers
+        self.content = content
+
+    @classmethod
+    def of(cls, response: httpx.Response) -> Answer:
+        """An httpx transport's answer, its body read already (:func:`send` reads it)."""
+        return cls(response.status_code, response.headers, response.content)
+
+    def __repr__(self) -> str:
+        return f"<Answer {self.status_code}, {len(self.content)} bytes>"
 
 
 class _Refused(OSError):
@@ -113,9 +149,11 @@ async def _on_reuse(_session: Any, context: SimpleNamespace, _params: Any) -> No
     context.trace_request_ctx.reused = True
 
 
-def _timeout(extension: dict[str, float | None]) -> aiohttp.ClientTimeout:
-    # httpx's four timeouts onto aiohttp's: waiting for a pooled connection and connecting
-    # (``connect`` covers both), each socket read; no overall limit beyond those, as httpx.
+def client_timeout(extension: Mapping[str, float | None]) -> aiohttp.ClientTimeout:
+    """httpx's four timeouts (its ``timeout`` extension) as aiohttp's: what
+    :meth:`AiohttpTransport.post` takes, built once by its caller."""
+    # Waiting for a pooled connection and connecting (``connect`` covers both), each socket
+    # read; no overall limit beyond those, as httpx ("write" has no aiohttp counterpart).
     return aiohttp.ClientTimeout(
         total=None,
         connect=extension.get("pool"),
@@ -125,7 +163,8 @@ def _timeout(extension: dict[str, float | None]) -> aiohttp.ClientTimeout:
 
 
 class AiohttpTransport(httpx.AsyncBaseTransport):
-    """An ``httpx`` transport that sends each request through one shared ``aiohttp`` session.
+    """One shared ``aiohttp`` session, called by :meth:`post` (no httpx objects) or as an
+    ``httpx`` transport (:meth:`handle_async_request`).
 
     The session (and its connector) is built on first use, inside the running event loop, and
     rebuilt after :meth:`aclose` (a restored snapshot, a closed client).
@@ -190,49 +229,89 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         key = tuple(extension.get(name) for name in ("connect", "read", "write", "pool"))
         timeout = self._timeouts.get(key)
         if timeout is None:
-            timeout = self._timeouts[key] = _timeout(extension)
+            timeout = self._timeouts[key] = client_timeout(extension)
         return timeout
 
+    async def post(
+        self,
+        url: URL | str,
+        headers: Iterable[tuple[str, str]],
+        content: bytes,
+        timeouts: aiohttp.ClientTimeout,
+    ) -> Answer:
+        """POST ``content`` to ``url`` and read the answer whole, building no httpx object.
+
+        Sent once: the caller re-sends a :class:`StaleConnectionError` (:func:`once_more_if_stale`).
+        Fails as :meth:`handle_async_request` does, with httpx's exception classes (no request).
+        """
+        answer, body = await self._exchange("POST", url, headers, content, timeouts, None)
+        return Answer(answer.status, answer.headers, body)
+
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        answer, body = await self._exchange(
+            request.method,
+            str(request.url),
+            request.headers.multi_items(),
+            request.content or None,
+            self._timeout_for(request),
+            request,
+        )
+        headers = answer.raw_headers
+        if "Content-Encoding" in answer.headers:
+            # Decoded already (aiohttp decodes what it knows, and passes the rest as it came):
+            # httpx must not decode it again.
+            headers = tuple((k, v) for k, v in headers if k.lower() != b"content-encoding")
+        return httpx.Response(
+            answer.status,
+            headers=headers,
+            content=body,
+            request=request,
+            extensions={"http_version": b"HTTP/1.1"},
+        )
+
+    async def _exchange(
+        self,
+        method: str,
+        url: URL | str,
+        headers: Iterable[tuple[str, str]],
+        content: bytes | None,
+        timeouts: aiohttp.ClientTimeout,
+        request: httpx.Request | None,
+    ) -> tuple[aiohttp.ClientResponse, bytes]:
+        """The one exchange under both ways in: the policy's check of a literal host, the
+        request, the body read under the cap, aiohttp's failures translated (``request``, the
+        httpx request when there is one, goes on their exceptions). The answer comes back
+        released, its status and headers still on it."""
+        target = url if isinstance(url, URL) else parse_url(url, request)
         if self.policy is not None:
             # A literal address never reaches the resolver: checked here (the policy keeps its
-            # answer per host and port, so this is a lookup).
-            url = request.url
-            refusal = self.policy.host_refusal(url.host, url.port or _DEFAULT_PORTS[url.scheme])
+            # answer per host and port, so this is a lookup). The host and port aiohttp will
+            # connect to (yarl gives the scheme's port when the URL names none).
+            refusal = self.policy.host_refusal(target.host or "", target.port or 0)
             if refusal is not None:
-                raise AddressRefusedError(f"{url.host!r} {refusal}", request=request)
-        if self._session is None or self._session.closed:
-            self._session = self._open()
+                raise AddressRefusedError(f"{target.host!r} {refusal}", request=request)
+        session = self._session
+        if session is None or session.closed:
+            session = self._session = self._open()
         trace = _RequestTrace()
         try:
-            async with self._session.request(
-                request.method,
-                str(request.url),
-                headers=request.headers.multi_items(),
-                data=request.content or None,
+            async with session.request(
+                method,
+                target,
+                headers=headers,
+                data=content,
                 allow_redirects=False,
-                timeout=self._timeout_for(request),
+                timeout=timeouts,
                 trace_request_ctx=trace,
             ) as answer:
                 body = await self._read(answer, request)
-                headers = answer.raw_headers
-                if "Content-Encoding" in answer.headers:
-                    # Decoded already (aiohttp decodes what it knows, and passes the rest as
-                    # it came): httpx must not decode it again.
-                    headers = tuple((k, v) for k, v in headers if k.lower() != b"content-encoding")
-                return httpx.Response(
-                    answer.status,
-                    headers=headers,
-                    content=body,
-                    request=request,
-                    extensions={"http_version": b"HTTP/1.1"},
-                )
         except aiohttp.ClientError as exc:
             raise _translate(exc, request, reused=trace.reused) from exc
         except TimeoutError as exc:
             raise httpx.ReadTimeout(f"no answer in time: {exc}", request=request) from exc
+        return answer, body
 
-    async def _read(self, answer: aiohttp.ClientResponse, request: httpx.Request) -> bytes:
+    async def _read(self, answer: aiohttp.ClientResponse, request: httpx.Request | None) -> bytes:
         """The whole body, decoded; AnswerTooLargeError once it passes the cap."""
         limit = self.max_answer_bytes
         if limit is None:
@@ -255,12 +334,22 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             self._session = None
 
 
-_DEFAULT_PORTS = {"http": 80, "https": 443}
+T = TypeVar("T")
 
 
-async def send(transport: httpx.AsyncBaseTransport, request: httpx.Request) -> httpx.Response:
-    """``request`` through ``transport``, its answer read whole; sent once more at once when it
-    failed on a pooled connection before any answer (:class:`StaleConnectionError`).
+def parse_url(url: str, request: httpx.Request | None = None) -> URL:
+    """``url`` as aiohttp takes it (what it would parse it to); one it cannot take fails as
+    aiohttp's refusal of it would (:func:`_translate`: ``httpx.UnsupportedProtocol``)."""
+    try:
+        return URL(url)
+    except ValueError as exc:
+        raise _translate(aiohttp.InvalidUrlClientError(url), request, reused=False) from exc
+
+
+async def once_more_if_stale(attempt: Callable[[], Awaitable[T]]) -> T:
+    """``attempt()``, made once more at once when it failed on a pooled connection before any
+    answer (:class:`StaleConnectionError`): the one re-send rule, under :func:`send` and under
+    the TrainGate client's :meth:`AiohttpTransport.post`.
 
     The server most likely closed the idle connection as the request went out, so the second
     copy goes out on a new one. It is not a retry (a caller's retries do not count it): the one
@@ -269,9 +358,15 @@ async def send(transport: httpx.AsyncBaseTransport, request: httpx.Request) -> h
     other failure, and a second stale connection, is raised as the transport raised it.
     """
     try:
-        return await _send_once(transport, request)
+        return await attempt()
     except StaleConnectionError:
-        return await _send_once(transport, request)
+        return await attempt()
+
+
+async def send(transport: httpx.AsyncBaseTransport, request: httpx.Request) -> httpx.Response:
+    """``request`` through ``transport``, its answer read whole; sent once more at once when it
+    failed on a pooled connection before any answer (:func:`once_more_if_stale`)."""
+    return await once_more_if_stale(lambda: _send_once(transport, request))
 
 
 async def _send_once(transport: httpx.AsyncBaseTransport, request: httpx.Request) -> httpx.Response:
@@ -291,7 +386,9 @@ def _too_large(declared: int | None, limit: int) -> str:
     )
 
 
-def _translate(exc: aiohttp.ClientError, request: httpx.Request, *, reused: bool) -> Exception:
+def _translate(
+    exc: aiohttp.ClientError, request: httpx.Request | None, *, reused: bool
+) -> Exception:
     """The httpx exception that says what happened (the client's rules are written on httpx's
     tree); the most specific aiohttp classes first."""
     message = f"{type(exc).__name__}: {exc}"

@@ -65,12 +65,14 @@ def answer(payload: dict[str, Any], *, gzipped: bool = False) -> bytes:
 
 class WireServer:
     """An HTTP/1.1 server on asyncio streams that follows a :data:`Script` per connection and
-    counts the requests it read in full (each connection's requests, in order)."""
+    counts the requests it read in full (each connection's requests, in order), keeping each
+    request's head and body."""
 
     def __init__(self, script: Script) -> None:
         self.script = script
         self.connections: list[int] = []
         self.heads: list[bytes] = []
+        self.bodies: list[bytes] = []
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         index = len(self.connections)
@@ -84,7 +86,7 @@ class WireServer:
                     name, _, value = line.partition(b":")
                     if name.strip().lower() == b"content-length":
                         length = int(value)
-                await reader.readexactly(length)
+                self.bodies.append(await reader.readexactly(length))
                 n = self.connections[index]
                 self.connections[index] += 1
                 reply = await self.script(n)

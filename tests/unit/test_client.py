@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
+import math
 import time
+from contextlib import AbstractContextManager
 from typing import Any
 
 import httpx
@@ -17,6 +20,7 @@ from rollout_sdk.errors import (
 )
 from rollout_sdk.protocol import RolloutResponse, RolloutStatus
 from rollout_sdk.settings import RolloutClientSettings
+from rollout_sdk.telemetry import Metric, Span
 from rollout_sdk.traingate.client import (
     CHAT_PATH,
     COMPLETED_PATH,
@@ -408,3 +412,70 @@ async def test_a_second_stale_failure_in_a_row_counts_as_an_attempt() -> None:
     assert len(gate.requests) == 4
     assert len(sleep.calls) == 1
     await client.aclose()
+
+
+# --------------------------------------------------------------------------- the stored dump
+
+
+class SpanRecorder:
+    """A telemetry port that keeps the rollout id of each span opened."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[Span, str]] = []
+
+    def count(self, metric: Metric, value: float = 1, /, **_: str) -> None:
+        pass
+
+    def observe(self, metric: Metric, value: float, /, **_: str) -> None:
+        pass
+
+    def span(self, name: Span, *, rollout_id: str) -> AbstractContextManager[None]:
+        self.spans.append((name, rollout_id))
+        return contextlib.nullcontext()
+
+
+async def test_complete_rollout_sends_a_stored_dump_as_is_with_the_models_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model = final_response()
+    dump = model.model_dump(mode="json")
+    from_model, from_dump = FakeTrainGate(), FakeTrainGate()
+    telemetry = SpanRecorder()
+    await make_client(from_model, FakeSleep()).complete_rollout(TRAINGATE, model, api_key="k")
+
+    def no_pydantic(*_: Any, **__: Any) -> Any:
+        raise AssertionError("a dump is sent without pydantic")
+
+    monkeypatch.setattr(RolloutResponse, "model_dump", no_pydantic)
+    monkeypatch.setattr(RolloutResponse, "model_dump_json", no_pydantic)
+    client = TrainGateClient(transport=from_dump.transport, sleep=FakeSleep(), telemetry=telemetry)
+    result = await client.complete_rollout(TRAINGATE, dump, api_key="k")
+    assert (result.delivered, result.attempts) == (True, 1)
+    assert [r.content for r in from_dump.requests] == [r.content for r in from_model.requests]
+    assert from_dump.bodies(COMPLETED_PATH) == [dump]
+    assert telemetry.spans == [(Span.CALLBACK, "rollout-1")]
+
+
+@pytest.mark.parametrize("as_dump", [False, True], ids=["model", "dump"])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+async def test_complete_rollout_refuses_nan_and_infinities_as_a_final_result(
+    as_dump: bool, value: float
+) -> None:
+    model = RolloutResponse(rollout_id="r", status=RolloutStatus.COMPLETED, reward=value)
+    response = model.model_dump(mode="json") if as_dump else model
+    gate = FakeTrainGate()
+    result = await make_client(gate, FakeSleep()).complete_rollout(
+        TRAINGATE, response, api_key=None
+    )
+    assert (result.delivered, result.final, result.attempts) == (False, True, 0)
+    assert result.error is not None and "not valid JSON" in result.error
+    assert gate.requests == []
+
+
+async def test_complete_rollout_refuses_a_dump_json_cannot_hold_as_a_final_result() -> None:
+    dump = final_response().model_dump(mode="json")
+    dump["extra_fields"] = {"when": object()}
+    gate = FakeTrainGate()
+    result = await make_client(gate, FakeSleep()).complete_rollout(TRAINGATE, dump, api_key=None)
+    assert (result.delivered, result.final, result.attempts) == (False, True, 0)
+    assert gate.requests == []
