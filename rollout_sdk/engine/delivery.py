@@ -63,12 +63,12 @@ class Delivery(Wiring):
         Never sends after a 2xx: the caller holds the lease (from finishing, or from claiming the
         delivery), and every outcome is written conditionally on that holding.
         """
-        response = record.response_model()
+        response = record.response
         if response is None or record.state != RecordState.FINISHED:
             return record
         server_url = str(record.request["server_url"])
         with rollout_scope(record.rollout_id):
-            failure = failure_of(record.response)
+            failure = failure_of(response)
             if failure is not None and failure.get("category") == FailureCategory.OUTBOUND_REFUSED:
                 # The callback would go where the chat call was refused: send nothing, even if
                 # the name resolves elsewhere now. Final, as the policy's refusal is.
@@ -85,6 +85,9 @@ class Delivery(Wiring):
                 RecordState.FINISHED,
                 watch=self.leases.watches(record),
             ):
+                # The stored dump is sent as it is: it is what finish wrote from the validated
+                # response, so validating and dumping it again (once per rollout) would only
+                # rebuild the same JSON.
                 result = await self.client.complete_rollout(server_url, response, api_key=api_key)
             return await self._record(record, result, api_key)
 
