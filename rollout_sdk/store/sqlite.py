@@ -14,6 +14,16 @@ handed to the thread. Measured, a hop per transaction doubled init's median late
 2-core machine (the thread waits for the GIL after each statement, up to the 5 ms switch
 interval), which is why the hop is kept for the transactions that need it. The thread also
 checkpoints the WAL every :data:`CHECKPOINT_EVERY` commits made on the loop.
+
+Each record is one JSON ``body`` (with the columns the queries need beside it). A move reads the
+body and writes it whole again, but most of it never changes after create (the request, the tool
+schemas) or after finish (the final response), so the store keeps, per rollout in flight, the
+body it last wrote or read, the record that body encodes, and the JSON text of each part of it
+(:class:`_Encodings`): a read whose selected body is the kept text returns the kept record
+without decoding it, and a write encodes only the parts that changed and joins the kept texts
+of the others. The file holds the same complete JSON object either way, byte for byte what
+``json.dumps`` of the record's dict writes, so a state folder reads the same with or without
+the cache, in this kit or an older one.
 """
 
 from __future__ import annotations
@@ -23,11 +33,12 @@ import contextlib
 import json
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from rollout_sdk.errors import StoreError
 from rollout_sdk.store.base import DueCursor, DuePage
@@ -44,6 +55,12 @@ BUSY_TIMEOUT_SECONDS = 30.0
 #: Commits on the loop between two checkpoints on the store's thread (SQLite's own automatic
 #: checkpoint, off on the loop's connection, runs at about 1,000 pages of WAL).
 CHECKPOINT_EVERY = 200
+#: Most rollouts whose last body the store keeps (:class:`_Encodings`; the longest unused goes
+#: first): a few thousand in flight at once, each entry a body and the record it encodes.
+CACHED_ROLLOUTS = 2048
+#: Most characters of body the store keeps in all (bodies are ASCII: bytes), so a few thousand
+#: large rollouts (an init may be 6 MiB) do not hold gigabytes; about 16 KiB a rollout.
+CACHED_BODY_CHARS = 32 * 1024 * 1024
 
 
 class _WouldWait(Exception):
@@ -101,25 +118,186 @@ def _migrate(conn: sqlite3.Connection) -> None:
         raise
 
 
-def _decode(row: tuple[str] | None) -> RolloutRecord | None:
-    return None if row is None else RolloutRecord.from_dict(json.loads(row[0]))
+# ---------------------------------------------------------------------- the kept encodings
+#
+# Why by hand: what is kept is this store's own last encoding of each row, valid only while the
+# row still holds that very text, which no JSON or caching library can know. Measured before it
+# (``python -m bench.profile --store sqlite``: py-spy on the local server under load),
+# ``json.dumps`` of the whole record in ``put`` took 6.2% of all the server's CPU, the decoding
+# of the whole body in ``by_id`` 4.9% and ``RolloutRecord.from_dict`` 1.1% more, four
+# transactions a rollout (create, claim, finish, deliver), for parts that mostly never change.
+
+#: One JSON encoder, as ``json.dumps(..., separators=(",", ":"))`` builds for each call.
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+#: The record's big fields: never changed by a move after create (the request, the tool
+#: schemas) or after finish (the final response).
+_BIG = frozenset({"request", "init_response", "response"})
+#: States no move leaves (no guard admits them): nothing rewrites the record again, so its
+#: entry goes. FINISHED stays kept: park and reclaim_delivery (the re-drive) still move it.
+_FINAL = frozenset({RecordState.DELIVERED, RecordState.UNDELIVERABLE})
+
+
+def _pieces() -> tuple[tuple[str, ...], ...]:
+    """The body's members in ``to_dict`` order (the dataclass fields'), cut into pieces whose
+    JSON text is kept: each big field alone, and each run of small fields between them (the
+    first run, the id, slot and fingerprint, never changes either)."""
+    pieces: list[tuple[str, ...]] = []
+    run: list[str] = []
+    for name in RolloutRecord.__dataclass_fields__:
+        if name in _BIG:
+            pieces.extend([tuple(run), (name,)] if run else [(name,)])
+            run = []
+        else:
+            run.append(name)
+    if run:
+        pieces.append(tuple(run))
+    return tuple(pieces)
+
+
+_PIECES = _pieces()
+
+
+class _Kept(NamedTuple):
+    """What the store last wrote or read for one rollout."""
+
+    #: The row's body as this store last wrote or selected it.
+    body: str
+    #: The record ``body`` encodes (encoded to it, or decoded from it).
+    record: RolloutRecord
+    #: Where in ``body`` each of ``_PIECES`` of ``record`` is written (its members, ``"k":v,...``,
+    #: from start to end), None where not known (after a read). Holding ``record`` holds the
+    #: very objects each piece encodes, so an ``is`` against them can never match a new object
+    #: that took a collected one's id.
+    spans: tuple[tuple[int, int] | None, ...]
+
+
+_UNKNOWN: tuple[tuple[int, int] | None, ...] = (None,) * len(_PIECES)
+
+
+class _Encodings:
+    """Per rollout id, the last body this store wrote or read and the record it encodes (a
+    :class:`_Kept`), at most ``capacity`` of them and ``max_chars`` of body in all, the longest
+    unused dropped first.
+
+    Never trusted alone: a read returns the kept record only when the body it selected from the
+    file is the kept text (another connection, process or older kit may have rewritten the
+    row). So an entry that claims a text the file does not hold (its transaction rolled back, or
+    the row changed behind this store) costs a decode, never a wrong record. Kept records are
+    shared with callers, as the memory store shares its records: records are immutable and
+    nothing changes their dicts in place (a kept text is only reused for the very same object).
+
+    Both connections' transactions use one instance, from the loop's thread and the store's
+    thread; each check-then-act on the dict runs under ``_lock`` (the encoding and decoding run
+    outside it). Every entry is complete and consistent on its own, so whichever of two racing
+    writers lands last leaves a valid entry.
+    """
+
+    def __init__(self, capacity: int, max_chars: int = CACHED_BODY_CHARS) -> None:
+        self.capacity = capacity
+        self.max_chars = max_chars
+        self._kept: OrderedDict[str, _Kept] = OrderedDict()
+        #: The length of every kept body, summed.
+        self.chars = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def get(self, rollout_id: str) -> _Kept | None:
+        """The entry of ``rollout_id``, if kept."""
+        with self._lock:
+            return self._kept.get(rollout_id)
+
+    def decode(self, rollout_id: str, body: str) -> RolloutRecord:
+        """The record of the ``body`` just selected for ``rollout_id``."""
+        with self._lock:
+            kept = self._kept.get(rollout_id)
+            if kept is not None and kept.body == body:
+                self._kept.move_to_end(rollout_id)
+                return kept.record
+        record = RolloutRecord.from_dict(json.loads(body))
+        self._keep(_Kept(body, record, _UNKNOWN))
+        return record
+
+    def encode(self, record: RolloutRecord) -> str:
+        """``record``'s body: the same text as ``json.dumps(record.to_dict(),
+        separators=(",", ":"))``, a piece's kept text reused when each of its values is the
+        very object the kept record has (a move's new version shares them: ``replace``)."""
+        kept = self.get(record.rollout_id)  # immutable: used outside the lock
+        data: dict[str, Any] | None = None
+        texts: list[str] = []
+        spans: list[tuple[int, int] | None] = []
+        at = 1  # after the "{"
+        for index, names in enumerate(_PIECES):
+            if (
+                kept is not None
+                and (span := kept.spans[index]) is not None
+                and all(getattr(kept.record, name) is getattr(record, name) for name in names)
+            ):
+                text = kept.body[span[0] : span[1]]
+            else:
+                if data is None:
+                    data = record.to_dict()
+                text = _ENCODE({name: data[name] for name in names})[1:-1]
+            texts.append(text)
+            spans.append((at, at + len(text)))
+            at += len(text) + 1  # and the "," (or the "}")
+        body = "{" + ",".join(texts) + "}"
+        self._keep(_Kept(body, record, tuple(spans)))
+        return body
+
+    def _keep(self, kept: _Kept) -> None:
+        rollout_id = kept.record.rollout_id
+        with self._lock:
+            self._drop(rollout_id)
+            if kept.record.state in _FINAL or len(kept.body) > self.max_chars:
+                return
+            self._kept[rollout_id] = kept
+            self.chars += len(kept.body)
+            while len(self._kept) > self.capacity or self.chars > self.max_chars:
+                self.chars -= len(self._kept.popitem(last=False)[1].body)
+
+    def _drop(self, rollout_id: str) -> None:
+        dropped = self._kept.pop(rollout_id, None)
+        if dropped is not None:
+            self.chars -= len(dropped.body)
+
+    def forget(self, rollout_id: str) -> None:
+        """Drop the entry of a deleted record."""
+        with self._lock:
+            self._drop(rollout_id)
+
+    def forget_expired(self, now: float) -> None:
+        """Drop the entries of records expired at ``now`` (purged from the file)."""
+        with self._lock:
+            for rollout_id in [k for k, kept in self._kept.items() if kept.record.is_expired(now)]:
+                self._drop(rollout_id)
 
 
 class _SQLiteTransaction:
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, encodings: _Encodings) -> None:
         self.conn = conn
+        self._encodings = encodings
+
+    def _decode(self, row: Any) -> RolloutRecord | None:
+        return None if row is None else self._encodings.decode(row[0], row[1])
 
     def by_id(self, rollout_id: str) -> RolloutRecord | None:
-        cur = self.conn.execute("SELECT body FROM rollouts WHERE rollout_id = ?", (rollout_id,))
-        return _decode(cur.fetchone())
+        cur = self.conn.execute(
+            "SELECT rollout_id, body FROM rollouts WHERE rollout_id = ?", (rollout_id,)
+        )
+        return self._decode(cur.fetchone())
 
     def by_slot(self, slot: str) -> RolloutRecord | None:
         cur = self.conn.execute(
-            "SELECT body FROM rollouts WHERE slot = ? ORDER BY expires_at DESC LIMIT 1", (slot,)
+            "SELECT rollout_id, body FROM rollouts WHERE slot = ? ORDER BY expires_at DESC LIMIT 1",
+            (slot,),
         )
-        return _decode(cur.fetchone())
+        return self._decode(cur.fetchone())
 
     def put(self, record: RolloutRecord) -> None:
+        # Kept before the commit: if the transaction rolls back, the entry claims a text the file
+        # does not hold, which the next read's comparison with the selected body catches.
         self.conn.execute(
             "INSERT OR REPLACE INTO rollouts (rollout_id, slot, state, expires_at, body, due_at) "
             "VALUES (?, ?, ?, ?, ?, ?)",
@@ -128,13 +306,14 @@ class _SQLiteTransaction:
                 record.slot,
                 record.state.value,
                 record.expires_at,
-                json.dumps(record.to_dict(), separators=(",", ":")),
+                self._encodings.encode(record),
                 record.due_at,
             ),
         )
 
     def delete(self, rollout_id: str) -> None:
         self.conn.execute("DELETE FROM rollouts WHERE rollout_id = ?", (rollout_id,))
+        self._encodings.forget(rollout_id)  # rolled back, the next read only decodes again
 
     def pass_lease(self, name: str) -> tuple[str, float] | None:
         row = self.conn.execute(
@@ -155,7 +334,8 @@ class _SQLiteTransaction:
 class SQLiteStore(TransactionalStore):
     """Records in one SQLite file; every move runs in one ``BEGIN IMMEDIATE`` transaction, on the
     event loop when it cannot wait, else on the store's own thread. ``busy_timeout_seconds``
-    bounds the wait for another connection's lock there (StoreError after it)."""
+    bounds the wait for another connection's lock there (StoreError after it);
+    ``cached_rollouts`` bounds the rollouts whose last body it keeps (:class:`_Encodings`)."""
 
     def __init__(
         self,
@@ -163,8 +343,10 @@ class SQLiteStore(TransactionalStore):
         *,
         busy_timeout_seconds: float = BUSY_TIMEOUT_SECONDS,
         owner: str | None = LOCAL_OWNER,
+        cached_rollouts: int = CACHED_ROLLOUTS,
     ) -> None:
         self.path = Path(path)
+        self._encodings = _Encodings(cached_rollouts)
         #: The file is one local server's (its folder lock says so): every record in flight
         #: is in the due index, for that server's restart sweep.
         self.owner = owner
@@ -253,7 +435,7 @@ class SQLiteStore(TransactionalStore):
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite store {self.path}: {exc}") from exc
         try:
-            yield _SQLiteTransaction(conn)
+            yield _SQLiteTransaction(conn, self._encodings)
         except sqlite3.Error as exc:
             conn.execute("ROLLBACK")
             raise StoreError(f"SQLite store {self.path}: {exc}") from exc
@@ -283,7 +465,10 @@ class SQLiteStore(TransactionalStore):
         """Delete records whose TTL has passed; returns how many."""
         with self._transaction() as txn:
             cur = txn.conn.execute("DELETE FROM rollouts WHERE expires_at <= ?", (now,))
-            return cur.rowcount
+            purged = cur.rowcount
+        if purged:
+            self._encodings.forget_expired(now)
+        return purged
 
     def _close(self) -> None:
         with self._patient_lock, self._prompt_lock:
