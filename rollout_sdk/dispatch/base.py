@@ -31,6 +31,12 @@ class Job:
     api_key: str | None = field(default=None, repr=False)
     request: RolloutRequest | None = field(default=None, repr=False, compare=False)
     init_response: InitResponse | None = field(default=None, repr=False, compare=False)
+    #: The record (a ``RolloutRecord``: typed ``object`` because the dispatchers know nothing of
+    #: the store, pyproject.toml's import contracts) as init created it, already claimed for
+    #: this job (RUNNING on its attempt), when the job starts at once in this process (a slot
+    #: was reserved for it: :class:`Reserving`); the worker then makes no claim move. Never
+    #: sent elsewhere.
+    claimed: object | None = field(default=None, repr=False, compare=False)
     cost: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
 
@@ -115,6 +121,22 @@ class Dispatcher(Protocol):
 
     async def aclose(self) -> None:
         """Stop; rollouts still running are left to the record's recovery rules."""
+        ...
+
+
+@runtime_checkable
+class Reserving(Protocol):
+    """A dispatcher that can promise, before the record exists, that a job will start at once
+    (the local server's in-process one, with a free slot): init then creates the record
+    already claimed (:meth:`~rollout_sdk.store.base.Store.create` with a claim), one write
+    instead of two, and dispatches the job carrying it (``Job.claimed``)."""
+
+    async def reserve(self) -> bool:
+        """Take a slot for one job now, without waiting; False when none is free."""
+        ...
+
+    def unreserve(self) -> None:
+        """Give back a slot :meth:`reserve` took, for a job that will not be dispatched."""
         ...
 
 

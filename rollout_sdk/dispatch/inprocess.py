@@ -55,7 +55,8 @@ class InProcessDispatcher:
         if self._closed:
             raise DispatchError("the server is shutting down; retry against another instance")
         if (
-            self.max_queued is not None
+            job.claimed is None  # a claimed job holds a reserved slot: never refused
+            and self.max_queued is not None
             and len(self._tasks) >= self.max_concurrent + self.max_queued
         ):
             # Memory stays bounded however many inits arrive: refuse, and say when to retry.
@@ -65,24 +66,49 @@ class InProcessDispatcher:
                 f"running + ROLLOUT_SDK_MAX_QUEUED_ROLLOUTS={self.max_queued} queued)",
                 self.retry_after,
             )
-        task = asyncio.create_task(self._guarded(job), name=f"rollout:{job.rollout_id}")
+        if job.claimed is not None:
+            # Its slot was reserved before its record was created (claimed): it runs at once.
+            task = asyncio.create_task(self._reserved(job), name=f"rollout:{job.rollout_id}")
+        else:
+            task = asyncio.create_task(self._guarded(job), name=f"rollout:{job.rollout_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def reserve(self) -> bool:
+        """Take a free slot now for a job init will dispatch claimed; False when every slot is
+        taken (or waited for), or the server is shutting down."""
+        if self._closed or self._slots.locked():
+            return False
+        await self._slots.acquire()  # free and nobody waiting: taken without suspending
+        return True
+
+    def unreserve(self) -> None:
+        """Give back a reserved slot whose job will not be dispatched (a duplicate init)."""
+        self._slots.release()
+
     async def _guarded(self, job: Job) -> None:
         async with self._slots:
-            try:
-                outcome = await self._run_job(job)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                # The worker records every failure it can; reaching here means the kit itself
-                # failed, and the record's recovery rules take over.
-                logger.exception("worker failed", extra={"rollout_id": job.rollout_id})
-            else:
-                if outcome is None:
-                    return  # another delivery of this job owns the rollout: not one more rollout
-            self._completed += 1  # not reached when cancelled: a cancelled job did not complete
+            await self._run(job)
+
+    async def _reserved(self, job: Job) -> None:
+        try:
+            await self._run(job)
+        finally:
+            self._slots.release()
+
+    async def _run(self, job: Job) -> None:
+        try:
+            outcome = await self._run_job(job)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # The worker records every failure it can; reaching here means the kit itself
+            # failed, and the record's recovery rules take over.
+            logger.exception("worker failed", extra={"rollout_id": job.rollout_id})
+        else:
+            if outcome is None:
+                return  # another delivery of this job owns the rollout: not one more rollout
+        self._completed += 1  # not reached when cancelled: a cancelled job did not complete
 
     async def drain(self, within: float | None = None) -> bool:
         """Wait until no job is left (True) or ``within`` seconds pass (False)."""

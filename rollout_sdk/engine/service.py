@@ -39,10 +39,10 @@ if TYPE_CHECKING:
     from rollout_sdk.dispatch.base import Dispatcher
     from rollout_sdk.engine.assembly import Engine
     from rollout_sdk.settings import RolloutSettings
-    from rollout_sdk.store.base import Store
+    from rollout_sdk.store.base import Claim, Store
     from rollout_sdk.telemetry import Telemetry
 
-from rollout_sdk.dispatch.base import Job
+from rollout_sdk.dispatch.base import Job, Reserving
 
 logger = logging.getLogger("rollout_sdk.engine.service")
 
@@ -128,15 +128,28 @@ class RolloutService:
         if self.seal_at_init and vault is not None and request.api_key is not None:
             sealed = await vault.seal(request.api_key, rollout_id=record.rollout_id)
             record = record.evolve(sealed_key=sealed)
-        with self.telemetry.span(Span.CLAIM, rollout_id=record.rollout_id):
-            created = await self.store.create(
-                record, now=now, slot_expires_at=slot_expiry(now, self.settings)
-            )
+        # A job that will start at once here (a free slot, reserved now) gets its record
+        # created claimed: one write instead of a create and then the worker's claim.
+        claim = await self._reserve(now)
+        try:
+            with self.telemetry.span(Span.CLAIM, rollout_id=record.rollout_id):
+                created = await self.store.create(
+                    record, now=now, slot_expires_at=slot_expiry(now, self.settings), claim=claim
+                )
+        except BaseException:
+            self._unreserve(claim)
+            raise
         if not created.created:
+            self._unreserve(claim)
             return await self._duplicate(record, created.record, created.conflict_on, request)
         try:
-            await self._hand_off(request, init_response)
+            await self._hand_off(
+                request, init_response, claimed=created.record if claim is not None else None
+            )
         except DispatchError:
+            # (A claimed record is not released, being RUNNING: its lease runs out and the
+            # recovery ends it with an ERROR that is reported. Only a dispatcher shutting down
+            # between the reservation and here refuses a claimed job.)
             # Without a worker the record would wait forever: release it so TrainGate's retry
             # of this init dispatches afresh. A duplicate that has handed the rollout off in
             # the meantime keeps the record (release is conditional on no such hand-off).
@@ -152,8 +165,26 @@ class RolloutService:
         logger.info("rollout accepted", extra={"rollout_id": record.rollout_id})
         return init_response
 
+    async def _reserve(self, now: float) -> Claim | None:
+        """The claim init makes for a job that starts at once here, its slot reserved; None
+        when the dispatcher cannot promise that (no free slot, or it runs jobs elsewhere)."""
+        worker = self.engine.worker if self.engine is not None else None
+        if worker is None or not isinstance(self.dispatcher, Reserving):
+            return None
+        if not await self.dispatcher.reserve():
+            return None
+        return worker.claim_terms(1, now)
+
+    def _unreserve(self, claim: Claim | None) -> None:
+        if claim is not None and isinstance(self.dispatcher, Reserving):
+            self.dispatcher.unreserve()
+
     async def _hand_off(
-        self, request: RolloutRequest, init_response: InitResponse | None = None
+        self,
+        request: RolloutRequest,
+        init_response: InitResponse | None = None,
+        *,
+        claimed: RolloutRecord | None = None,
     ) -> None:
         try:
             with self.telemetry.span(Span.HAND_OFF, rollout_id=request.rollout_id):
@@ -164,6 +195,7 @@ class RolloutService:
                         request.api_key,
                         request=request,
                         init_response=init_response,
+                        claimed=claimed,
                     )
                 )
         except DispatchError:

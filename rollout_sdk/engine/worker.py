@@ -39,6 +39,7 @@ from rollout_sdk.engine.responses import (
 )
 from rollout_sdk.errors import FailureCategory, RolloutCancelled, RolloutError, StoreError
 from rollout_sdk.protocol import RolloutResponse
+from rollout_sdk.store.base import Claim
 from rollout_sdk.store.record import RecordState, RolloutRecord, expiry
 from rollout_sdk.telemetry import (
     NO_TELEMETRY,
@@ -112,22 +113,46 @@ class RolloutWorker:
                     owner_attempt=job.attempt,
                 )
 
-    async def _run(self, job: Job, deadline_seconds: float | None) -> RolloutRecord | None:
+    def _budget(self, deadline_seconds: float | None) -> float:
         budget = float(self.settings.server.request_timeout_seconds)
-        if deadline_seconds is not None:
-            budget = min(budget, deadline_seconds)
-        now = self.clock()
-        claim = await self.store.claim(
-            job.rollout_id,
-            attempt=job.attempt,
+        return budget if deadline_seconds is None else min(budget, deadline_seconds)
+
+    def claim_terms(
+        self, attempt: int, now: float, *, deadline_seconds: float | None = None
+    ) -> Claim:
+        """What this worker's claim of a rollout at ``now`` takes: a lease and an expiry that
+        outlives the rollout's budget (the claim move's, or init's when it creates the record
+        claimed for a job that starts at once: :meth:`Store.create`)."""
+        budget = self._budget(deadline_seconds)
+        return Claim(
+            attempt=attempt,
             lease_until=self.leases.until(now),
             expires_at=expiry(now, self._ttl() + budget),
-            now=now,
         )
-        if not claim.applied or claim.record is None:
-            return await self._claim_lost(job, claim.record)
-        record = claim.record
-        claimed_at = now
+
+    async def _run(self, job: Job, deadline_seconds: float | None) -> RolloutRecord | None:
+        budget = self._budget(deadline_seconds)
+        if job.claimed is not None:
+            # Init created the record claimed for this job (it starts at once, here): the
+            # claim move is already made, in the same write as the record.
+            if not isinstance(job.claimed, RolloutRecord):
+                raise TypeError(f"Job.claimed must be a RolloutRecord, not {type(job.claimed)}")
+            record = job.claimed
+            claimed_at = record.updated_at
+        else:
+            now = self.clock()
+            terms = self.claim_terms(job.attempt, now, deadline_seconds=deadline_seconds)
+            claim = await self.store.claim(
+                job.rollout_id,
+                attempt=terms.attempt,
+                lease_until=terms.lease_until,
+                expires_at=terms.expires_at,
+                now=now,
+            )
+            if not claim.applied or claim.record is None:
+                return await self._claim_lost(job, claim.record)
+            record = claim.record
+            claimed_at = now
         self.telemetry.count(Metric.ROLLOUTS_STARTED)
         logger.info("rollout claimed", extra={"rollout_id": job.rollout_id, "attempt": job.attempt})
         if record.cancel_requested:

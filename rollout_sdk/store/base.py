@@ -153,6 +153,29 @@ class Update:
         return record.evolve(**self.changes())
 
 
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """The terms of a claim (:meth:`Store.claim`, or :meth:`Store.create` given one): the
+    attempt that runs, its lease's end, the record's new expiry, and whether the re-drive
+    watches the lease."""
+
+    attempt: int
+    lease_until: float
+    expires_at: int
+    watch: bool = False
+
+
+def _claimed(claim: Claim, due_at: float | None, now: float) -> Update:
+    return Update(
+        state=RecordState.RUNNING,
+        attempt=claim.attempt,
+        lease_until=claim.lease_until,
+        due_at=due_at,
+        updated_at=now,
+        expires_at=claim.expires_at,
+    )
+
+
 def _finished(
     response: RolloutResponse,
     *,
@@ -213,13 +236,27 @@ class Store(abc.ABC):
         return work()
 
     async def create(
-        self, record: RolloutRecord, *, now: float, slot_expires_at: int | None = None
+        self,
+        record: RolloutRecord,
+        *,
+        now: float,
+        slot_expires_at: int | None = None,
+        claim: Claim | None = None,
     ) -> CreateResult:
         """Insert an ACCEPTED record unless a live record holds its slot or its rollout id.
 
         ``slot_expires_at`` (at least the record's ``expires_at``) is how long a store that keeps
         the idempotency slot apart from the record (DynamoDB) keeps the slot: as long as the
-        record can live, however its moves extend it. A slot whose record is gone is free."""
+        record can live, however its moves extend it. A slot whose record is gone is free.
+
+        With ``claim``, the record is inserted already claimed, RUNNING on the claim's attempt
+        (what :meth:`claim` would make of it at ``now``): one write instead of two, for a
+        rollout whose worker starts at once in this process. A conflict is the same as
+        without."""
+        if claim is not None:
+            record = _claimed(
+                claim, self._lease_due(claim.lease_until, claim.watch), now
+            ).applied_to(record)
         slot_until = max(record.expires_at, slot_expires_at or 0)
         return await self._run(
             functools.partial(self._create, self.admitted(record), now, slot_until)
@@ -314,14 +351,8 @@ class Store(abc.ABC):
     ) -> TransitionResult:
         """ACCEPTED -> RUNNING on ``attempt``, the lease held until ``lease_until`` (watched
         when ``watch``: see the module's due index)."""
-        update = Update(
-            state=RecordState.RUNNING,
-            attempt=attempt,
-            lease_until=lease_until,
-            due_at=self._lease_due(lease_until, watch),
-            updated_at=now,
-            expires_at=expires_at,
-        )
+        terms = Claim(attempt=attempt, lease_until=lease_until, expires_at=expires_at, watch=watch)
+        update = _claimed(terms, self._lease_due(lease_until, watch), now)
         return await self._apply(rollout_id, Guard(states=(RecordState.ACCEPTED,)), update, now=now)
 
     async def renew(

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
 from rollout_sdk.dispatch.base import Job
+from rollout_sdk.dispatch.inprocess import InProcessDispatcher
+from rollout_sdk.engine.assembly import Engine
 from rollout_sdk.engine.service import RolloutService
 from rollout_sdk.errors import DispatchError
-from rollout_sdk.settings import load_settings
+from rollout_sdk.http.app import in_process
+from rollout_sdk.settings import RolloutClientSettings, load_settings
+from rollout_sdk.store.base import CreateResult, TransitionResult
 from rollout_sdk.store.memory import MemoryStore
-from rollout_sdk.store.record import RecordState
+from rollout_sdk.store.record import RecordState, RolloutRecord
+from rollout_sdk.traingate.client import COMPLETED_PATH, TrainGateClient
 
-from .support import EchoAgent, RecordingDispatcher, make_request
+from .support import EchoAgent, FakeTrainGate, RecordingDispatcher, make_request
 
 
 class RacingDispatcher(RecordingDispatcher):
@@ -65,3 +71,91 @@ async def test_a_duplicate_after_the_claim_was_released_is_refused_too() -> None
     with pytest.raises(DispatchError):
         await service.init(make_request())
     assert await store.get("rollout-1", now=time.time()) is None
+
+
+# ------------------------------------------------------------------ init creates it claimed
+
+
+class CountingStore(MemoryStore):
+    """A memory store that counts the claim moves and the creates given a claim."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.claims = 0
+        self.claimed_creates = 0
+
+    async def claim(self, rollout_id: str, **terms: Any) -> TransitionResult:
+        self.claims += 1
+        return await super().claim(rollout_id, **terms)
+
+    async def create(self, record: RolloutRecord, **options: Any) -> CreateResult:
+        if options.get("claim") is not None:
+            self.claimed_creates += 1
+        return await super().create(record, **options)
+
+
+def _local(store: MemoryStore, gate: FakeTrainGate, *, concurrency: int) -> RolloutService:
+    settings = load_settings()
+    settings.server.max_concurrent_rollouts = concurrency
+    client = TrainGateClient(RolloutClientSettings(max_retries=0), transport=gate.transport)
+    engine = Engine.build(
+        store=store,
+        client=client,
+        settings=settings,
+        agent_loop=EchoAgent(),
+        dispatcher=in_process(settings),
+    )
+    assert engine.dispatcher is not None
+    return RolloutService(EchoAgent(), store, engine.dispatcher, settings, engine=engine)
+
+
+async def _drained(service: RolloutService) -> None:
+    assert isinstance(service.dispatcher, InProcessDispatcher)
+    assert await service.dispatcher.drain(within=10.0)
+
+
+async def test_a_rollout_that_starts_at_once_is_created_claimed_in_one_write() -> None:
+    store, gate = CountingStore(), FakeTrainGate()
+    service = _local(store, gate, concurrency=2)
+    await service.init(make_request())
+    # Created RUNNING on attempt 1, the slot taken, before the 202 was answered.
+    record = await store.get("rollout-1", now=time.time())
+    assert record is not None
+    assert (record.state, record.attempt) == (RecordState.RUNNING, 1)
+    assert record.lease_until is not None
+    await _drained(service)
+    assert (store.claimed_creates, store.claims) == (1, 0)
+    final = await store.get("rollout-1", now=time.time())
+    assert final is not None and final.state == RecordState.DELIVERED
+    assert len(gate.on(COMPLETED_PATH)) == 1
+
+
+async def test_a_rollout_that_must_wait_for_a_slot_is_created_accepted_and_claimed_later() -> None:
+    store, gate = CountingStore(), FakeTrainGate()
+    service = _local(store, gate, concurrency=1)
+    await service.init(make_request())  # takes the one slot
+    await service.init(make_request(rollout_id="rollout-2"))  # waits for it
+    second = await store.get("rollout-2", now=time.time())
+    assert second is not None and second.state == RecordState.ACCEPTED
+    await _drained(service)
+    assert (store.claimed_creates, store.claims) == (1, 1)
+    for rollout_id in ("rollout-1", "rollout-2"):
+        final = await store.get(rollout_id, now=time.time())
+        assert final is not None and final.state == RecordState.DELIVERED
+    assert len(gate.on(COMPLETED_PATH)) == 2
+
+
+async def test_a_duplicate_init_gives_back_the_slot_it_reserved() -> None:
+    store, gate = CountingStore(), FakeTrainGate(chat_delay=0.05)
+    service = _local(store, gate, concurrency=2)
+    dispatcher = service.dispatcher
+    assert isinstance(dispatcher, InProcessDispatcher)
+    await service.init(make_request())
+    await service.init(make_request())  # the same rollout again: 202, nothing started
+    # One slot is the running rollout's; the duplicate's reservation came back.
+    assert await dispatcher.reserve()
+    assert not await dispatcher.reserve()
+    dispatcher.unreserve()
+    await _drained(service)
+    assert store.claimed_creates == 2  # both inits reserved; the second's create conflicted
+    assert len(gate.on(COMPLETED_PATH)) == 1
