@@ -18,9 +18,15 @@ class CancelSignals:
     def __init__(self) -> None:
         self._events: dict[str, asyncio.Event] = {}
 
+    def expect(self, rollout_id: str) -> None:
+        """The rollout will run here at once (init created it claimed, its job dispatched):
+        a cancel from now on is kept for it, even before its worker starts watching."""
+        self._events.setdefault(rollout_id, asyncio.Event())
+
     @contextmanager
     def watching(self, rollout_id: str) -> Iterator[asyncio.Event]:
-        """The rollout's cancel event while the block runs it here."""
+        """The rollout's cancel event while the block runs it here (set already when a cancel
+        came for an expected rollout before the block began)."""
         event = self._events.setdefault(rollout_id, asyncio.Event())
         try:
             yield event

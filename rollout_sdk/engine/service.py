@@ -142,6 +142,9 @@ class RolloutService:
         if not created.created:
             self._unreserve(claim)
             return await self._duplicate(record, created.record, created.conflict_on, request)
+        if claim is not None and self.engine is not None:
+            # RUNNING already, before its worker starts: a cancel meanwhile must reach it.
+            self.engine.cancels.expect(record.rollout_id)
         try:
             await self._hand_off(
                 request, init_response, claimed=created.record if claim is not None else None

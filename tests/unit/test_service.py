@@ -17,7 +17,7 @@ from rollout_sdk.settings import RolloutClientSettings, load_settings
 from rollout_sdk.store.base import CreateResult, TransitionResult
 from rollout_sdk.store.memory import MemoryStore
 from rollout_sdk.store.record import RecordState, RolloutRecord
-from rollout_sdk.traingate.client import COMPLETED_PATH, TrainGateClient
+from rollout_sdk.traingate.client import CHAT_PATH, COMPLETED_PATH, TrainGateClient
 
 from .support import EchoAgent, FakeTrainGate, RecordingDispatcher, make_request
 
@@ -159,3 +159,19 @@ async def test_a_duplicate_init_gives_back_the_slot_it_reserved() -> None:
     await _drained(service)
     assert store.claimed_creates == 2  # both inits reserved; the second's create conflicted
     assert len(gate.on(COMPLETED_PATH)) == 1
+
+
+async def test_a_cancel_before_a_claimed_rollouts_worker_starts_reaches_it() -> None:
+    store, gate = CountingStore(), FakeTrainGate()
+    service = _local(store, gate, concurrency=2)
+    await service.init(make_request())
+    # The job is dispatched but its task has not run yet: the record is RUNNING already.
+    record = await store.get("rollout-1", now=time.time())
+    assert record is not None and record.state == RecordState.RUNNING
+    await service.cancel("rollout-1")
+    await _drained(service)
+    final = await store.get("rollout-1", now=time.time())
+    assert final is not None and final.response is not None
+    assert final.response["status"] == "ERROR"
+    assert final.response["finish_reason"] == "cancelled"
+    assert gate.on(CHAT_PATH) == []  # stopped before its first turn
