@@ -21,13 +21,19 @@ class CancelSignals:
     def expect(self, rollout_id: str) -> None:
         """The rollout will run here at once (init created it claimed, its job dispatched):
         a cancel from now on is kept for it, even before its worker starts watching."""
-        self._events.setdefault(rollout_id, asyncio.Event())
+        self._event(rollout_id)
+
+    def _event(self, rollout_id: str) -> asyncio.Event:
+        event = self._events.get(rollout_id)
+        if event is None:
+            event = self._events[rollout_id] = asyncio.Event()
+        return event
 
     @contextmanager
     def watching(self, rollout_id: str) -> Iterator[asyncio.Event]:
         """The rollout's cancel event while the block runs it here (set already when a cancel
         came for an expected rollout before the block began)."""
-        event = self._events.setdefault(rollout_id, asyncio.Event())
+        event = self._event(rollout_id)
         try:
             yield event
         finally:
