@@ -43,7 +43,9 @@ Each figure is the median of ``--runs`` runs (every run is kept in the results):
 
 Results go to ``bench/results/<UTC timestamp>.json`` and ``latest.json`` (machine, date,
 versions, every figure with its runs, the goals passed or missed), the chart to ``latest.png``,
-and a summary table to stdout. A missed goal does not fail the command; a broken measurement
+and a summary table to stdout. The chart and the summary show the server's CPU ratios of an
+earlier results file beside this run's (``--before``; by default ``latest.json`` as this run
+found it), as ``before`` in the results. A missed goal does not fail the command; a broken measurement
 (a run that lost rollouts, a subprocess that failed) exits 1 after writing the results.
 """
 
@@ -609,6 +611,14 @@ def summary(results: dict[str, Any]) -> str:
         )
     if "dynamodb_skipped" in f["throughput"]:
         lines.append(f"dynamodb: {f['throughput']['dynamodb_skipped']}")
+    before = results.get("before") or {}
+    for store, ratio in (before.get("cpu_vs_baseline") or {}).items():
+        now = (f.get("cpu_vs_baseline", {}).get(store) or {}).get(f"vs_{CPU_BASELINE}") or {}
+        lines.append(
+            f"{store}: server CPU over {CPU_BASELINE}'s {_fmt(now.get('median'), 2)}, before "
+            f"{_fmt(ratio.get('median'), 2)} ({before.get('file')}, commit "
+            f"{(before.get('commit') or '?')[:10]})"
+        )
     o = f["sdk_overhead_per_chat_call"]
     m = f["memory_per_rollout_in_flight"]
     r = f["aws_requests_per_rollout"]
@@ -661,6 +671,68 @@ def _redrive_lines(figure: dict[str, Any] | None) -> list[str]:
     return ["", *redrive_lines(figure)]
 
 
+def before_of(path: Path) -> dict[str, Any]:
+    """What the chart and the summary show of an earlier results file beside this run: its
+    commit, date and server CPU ratios (each store's median and runs)."""
+    import json
+
+    earlier = json.loads(path.read_text(encoding="utf-8"))
+    ratios = {
+        store: by_base.get(f"vs_{CPU_BASELINE}")
+        for store, by_base in (earlier.get("figures", {}).get("cpu_vs_baseline") or {}).items()
+    }
+    return {
+        "file": os.path.relpath(path, REPO_ROOT),
+        "date": earlier.get("date"),
+        "commit": ((earlier.get("versions") or {}).get("rollout-sdk") or {}).get("commit"),
+        "cpu_vs_baseline": {k: v for k, v in ratios.items() if v},
+    }
+
+
+def cpu_ratio_chart(axes: Any, results: dict[str, Any]) -> None:
+    """Server CPU per rollout over the bare aiohttp client's, per store: this run beside the
+    earlier one (``before``), with the goals."""
+    now = results["figures"].get("cpu_vs_baseline") or {}
+    before = (results.get("before") or {}).get("cpu_vs_baseline") or {}
+    stores = [s for s in now if s in CPU_RATIO_GOALS] or list(CPU_RATIO_GOALS)
+    width = 0.38
+    commit = ((results.get("before") or {}).get("commit") or "?")[:7]
+    this = ((results.get("versions") or {}).get("rollout-sdk") or {}).get("commit") or "?"
+    for j, (label, source) in enumerate(
+        ((f"before ({commit})", before), (f"this run ({this[:7]})", now))
+    ):
+        values = [
+            ((source.get(s) or {}).get(f"vs_{CPU_BASELINE}", source.get(s)) or {}).get("median")
+            for s in stores
+        ]
+        xs = [i + (j - 0.5) * width for i in range(len(stores))]
+        axes.bar(xs, [v or 0.0 for v in values], width, label=label)
+        for x, v in zip(xs, values, strict=True):
+            if v:
+                axes.annotate(
+                    f"{v:.2f}",
+                    (x, v),
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                )
+    for i, store in enumerate(stores):
+        axes.hlines(
+            CPU_RATIO_GOALS[store],
+            i - width,
+            i + width,
+            colors="#d62728",
+            linestyles="--",
+            label="goal" if i == 0 else None,
+        )
+    axes.set_xticks(range(len(stores)), stores)
+    axes.set_ylabel(f"server CPU per rollout / {CPU_BASELINE}'s (median)")
+    axes.set_title("CPU over the bare client: the earlier run beside this one")
+    axes.legend(fontsize=8)
+
+
 def chart(results: dict[str, Any], path: Path) -> None:
     """Throughput and init latency per store against the baselines, and the cold-start ratios
     to the bare import, one PNG."""
@@ -674,7 +746,9 @@ def chart(results: dict[str, Any], path: Path) -> None:
     labels = [k for k, v in f.items() if isinstance(v, dict)]
     rates = [f[k]["rollouts_per_s"] for k in labels]
     colours = ["#7f7f7f" if k.startswith(BASELINE) else "#1f77b4" for k in labels]
-    figure, ((left, right), (cpu, cold)) = plt.subplots(2, 2, figsize=(15, 9.6))
+    figure, ((left, right), (cpu, cold), (ratio, spare)) = plt.subplots(3, 2, figsize=(15, 14))
+    cpu_ratio_chart(ratio, results)
+    spare.axis("off")
     medians = [r["median"] or 0.0 for r in rates]
     spreads = [
         [v for v in r["runs"] if v is not None] or [m] for m, r in zip(medians, rates, strict=True)
@@ -812,6 +886,13 @@ def build_parser() -> argparse.ArgumentParser:
         + ")",
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
+    parser.add_argument(
+        "--before",
+        type=Path,
+        metavar="JSON",
+        help="an earlier results file whose CPU ratios the chart and the summary show beside "
+        "this run's (default: the results folder's latest.json, as it was before this run)",
+    )
     parser.add_argument("--no-chart", action="store_true")
     parser.add_argument(
         "--render",
@@ -880,6 +961,9 @@ def main(argv: list[str] | None = None) -> int:
         **measured,
     }
     results["goals"] = [g.to_json() for g in goals(results["figures"])]
+    before_path = args.before or args.out / "latest.json"
+    if before_path.exists():
+        results["before"] = before_of(before_path)
     results["elapsed_seconds"] = round(clock.elapsed, 1)
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = now.strftime("%Y%m%dT%H%M%SZ")
