@@ -82,6 +82,9 @@ class RolloutService:
         self.tools = AgentTools(agent_loop)
         self.store = store
         self.dispatcher = dispatcher
+        # Checked once: isinstance against a runtime-checkable protocol looks up each of its
+        # members, about 1% of the local server's CPU when it ran on every init.
+        self._reserving = dispatcher if isinstance(dispatcher, Reserving) else None
         self.settings = settings
         #: What cancel needs: the vault, the cancel signals of this process, settlement.
         self.engine = engine
@@ -172,15 +175,15 @@ class RolloutService:
         """The claim init makes for a job that starts at once here, its slot reserved; None
         when the dispatcher cannot promise that (no free slot, or it runs jobs elsewhere)."""
         worker = self.engine.worker if self.engine is not None else None
-        if worker is None or not isinstance(self.dispatcher, Reserving):
+        if worker is None or self._reserving is None:
             return None
-        if not await self.dispatcher.reserve():
+        if not await self._reserving.reserve():
             return None
         return worker.claim_terms(1, now)
 
     def _unreserve(self, claim: Claim | None) -> None:
-        if claim is not None and isinstance(self.dispatcher, Reserving):
-            self.dispatcher.unreserve()
+        if claim is not None and self._reserving is not None:
+            self._reserving.unreserve()
 
     async def _hand_off(
         self,

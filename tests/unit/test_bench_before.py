@@ -1,26 +1,36 @@
 """make bench shows the earlier run's CPU ratios beside this run's (``before``): read from an
-earlier results file, printed in the summary."""
+earlier results file, printed in the summary. (Run in a subprocess: the tests do not import
+the bench, tests/unit/test_layout.py.)"""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
-from bench.bench import CPU_BASELINE, before_of, summary
 from testkit import REPO_ROOT
 
-RESULTS = REPO_ROOT / "bench" / "results"
+SCRIPT = """
+import json, sys
+from pathlib import Path
+from bench.bench import before_of, summary
+results = json.loads(Path("bench/results/latest.json").read_text(encoding="utf-8"))
+results["before"] = before_of(Path(sys.argv[1]))
+print(json.dumps({"before": results["before"], "summary": summary(results),
+                  "now": results["figures"]["cpu_vs_baseline"]["memory"]}))
+"""
 
 
-def _with_ratios(tmp_path: Path, memory: float, commit: str) -> Path:
+def _earlier(tmp_path: Path) -> Path:
     path = tmp_path / "earlier.json"
-    ratio = {"median": memory, "runs": [memory, memory + 1, memory - 1], "unit": "ratio"}
+    ratio = {"median": 4.25, "runs": [4.25, 5.25, 3.25], "unit": "ratio"}
     path.write_text(
         json.dumps(
             {
                 "date": "2026-12-01T00:00:00Z",
-                "versions": {"rollout-sdk": {"commit": commit}},
-                "figures": {"cpu_vs_baseline": {"memory": {f"vs_{CPU_BASELINE}": ratio}}},
+                "versions": {"rollout-sdk": {"commit": "abc1234def"}},
+                "figures": {"cpu_vs_baseline": {"memory": {"vs_baseline_aiohttp": ratio}}},
             }
         ),
         encoding="utf-8",
@@ -28,17 +38,19 @@ def _with_ratios(tmp_path: Path, memory: float, commit: str) -> Path:
     return path
 
 
-def test_before_of_reads_the_earlier_ratios(tmp_path: Path) -> None:
-    before = before_of(_with_ratios(tmp_path, 4.25, "abc1234def"))
-    assert before["commit"] == "abc1234def"
-    assert before["cpu_vs_baseline"]["memory"]["median"] == 4.25
-    assert set(before["cpu_vs_baseline"]) == {"memory"}
-
-
 def test_the_summary_prints_the_earlier_run_beside_this_one(tmp_path: Path) -> None:
-    results = json.loads((RESULTS / "latest.json").read_text(encoding="utf-8"))
-    results["before"] = before_of(_with_ratios(tmp_path, 4.25, "abc1234def"))
-    now = results["figures"]["cpu_vs_baseline"]["memory"][f"vs_{CPU_BASELINE}"]["median"]
-    (line,) = [x for x in summary(results).splitlines() if "before 4.25" in x]
-    assert line.startswith(f"memory: server CPU over {CPU_BASELINE}'s {now:.2f}")
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(_earlier(tmp_path))],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    out = json.loads(done.stdout)
+    assert out["before"]["commit"] == "abc1234def"
+    assert set(out["before"]["cpu_vs_baseline"]) == {"memory"}
+    now = out["now"]["vs_baseline_aiohttp"]["median"]
+    (line,) = [x for x in out["summary"].splitlines() if "before 4.25" in x]
+    assert line.startswith(f"memory: server CPU over baseline_aiohttp's {now:.2f}")
     assert "commit abc1234def" in line

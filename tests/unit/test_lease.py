@@ -104,63 +104,118 @@ def _leases(store: object) -> Leases:
 
 
 class Timers:
-    """The running loop's ``call_later``, watched: every heartbeat timer armed (others, such as
-    ``wait_for``'s timeouts, pass through uncounted)."""
+    """The running loop's ``call_at``, watched: every heartbeat timer the leases arm (others,
+    such as ``wait_for``'s timeouts, pass through uncounted)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         loop = asyncio.get_running_loop()
         self.armed: list[asyncio.TimerHandle] = []
-        original = loop.call_later
+        original = loop.call_at
 
-        def call_later(delay: float, callback: Any, *args: Any, **kwargs: Any) -> Any:
-            handle = original(delay, callback, *args, **kwargs)
-            if getattr(callback, "__qualname__", "").startswith("Leases.holding."):
+        def call_at(when: float, callback: Any, *args: Any, **kwargs: Any) -> Any:
+            handle = original(when, callback, *args, **kwargs)
+            if getattr(callback, "__qualname__", "").startswith("Leases."):
                 self.armed.append(handle)
             return handle
 
-        monkeypatch.setattr(loop, "call_later", call_later)
-
-    def live(self) -> list[asyncio.TimerHandle]:
-        """Armed, not cancelled, not yet due: would still fire."""
-        now = asyncio.get_running_loop().time()
-        return [h for h in self.armed if not h.cancelled() and h.when() > now]
+        monkeypatch.setattr(loop, "call_at", call_at)
 
 
-async def test_the_heartbeat_renews_again_and_again_while_the_block_runs(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_the_heartbeat_renews_again_and_again_while_the_block_runs() -> None:
     # A failed renewal is tried again a heartbeat later: call 2 fails, 3 and 4 still come.
     store = CountingRenewals(applied=100, wanted=4, failing=frozenset({2}))
-    timers = Timers(monkeypatch)
-    async with _leases(store).holding("r1", 1, RecordState.RUNNING):
+    leases = _leases(store)
+    async with leases.holding("r1", 1, RecordState.RUNNING):
         await asyncio.wait_for(store.seen.wait(), WITHIN)
     assert store.calls >= 4
-    assert timers.armed  # the heartbeat is a timer
-    assert timers.live() == []  # and none is left to renew after the block
+    assert leases.waiting == 0  # nothing is left to renew after the block
 
 
-async def test_a_renewal_not_applied_stops_the_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_renewal_not_applied_stops_the_heartbeat() -> None:
     store = CountingRenewals(applied=1, wanted=2)
-    timers = Timers(monkeypatch)
-    async with _leases(store).holding("r1", 1, RecordState.RUNNING):
+    leases = _leases(store)
+    async with leases.holding("r1", 1, RecordState.RUNNING):
         # The store answers at once, so the renewal that was refused (no longer ours) has
-        # ended when this wakes: the first timer and the one after renewal 1, none after 2.
+        # ended when this wakes: the lease no longer waits for a renewal.
         await asyncio.wait_for(store.seen.wait(), WITHIN)
         assert store.calls == 2
-        assert len(timers.armed) == 2
-        assert timers.live() == []
+        assert leases.waiting == 0
 
 
-async def test_a_block_that_ends_before_its_first_heartbeat_starts_no_task(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_a_block_that_ends_before_its_first_heartbeat_starts_no_task() -> None:
     store = CountingRenewals(applied=100, wanted=1)
     kit = KitSettings.model_construct(lease_seconds=60.0, heartbeat_seconds=30.0)
     leases = Leases(cast("Store", store), kit, clock=lambda: 0.0)
-    timers = Timers(monkeypatch)
     before = len(asyncio.all_tasks())
     async with leases.holding("r1", 1, RecordState.RUNNING):
         assert len(asyncio.all_tasks()) == before
-        assert len(timers.live()) == 1
-    assert timers.live() == []
+        assert leases.waiting == 1
+    assert leases.waiting == 0
     assert store.calls == 0
+
+
+async def test_every_held_lease_shares_one_heartbeat_timer(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = CountingRenewals(applied=1000, wanted=10_000)
+    kit = KitSettings.model_construct(lease_seconds=60.0, heartbeat_seconds=30.0)
+    leases = Leases(cast("Store", store), kit, clock=lambda: 0.0)
+    timers = Timers(monkeypatch)
+    release = asyncio.Event()
+    entered = 0
+    all_in = asyncio.Event()
+
+    async def hold(rollout_id: str) -> None:
+        nonlocal entered
+        async with leases.holding(rollout_id, 1, RecordState.RUNNING):
+            entered += 1
+            if entered == 50:
+                all_in.set()
+            await release.wait()
+
+    tasks = [asyncio.create_task(hold(f"r{i}")) for i in range(50)]
+    await asyncio.wait_for(all_in.wait(), WITHIN)
+    assert leases.waiting == 50
+    assert len(timers.armed) == 1  # one timer for the fifty
+    release.set()
+    await asyncio.wait_for(asyncio.gather(*tasks), WITHIN)
+    assert leases.waiting == 0
+
+
+async def test_renewals_come_in_order_each_a_heartbeat_after_the_last() -> None:
+    renewed: list[str] = []
+    done = asyncio.Event()
+
+    class Recording:
+        async def renew(self, rollout_id: str, **_: Any) -> TransitionResult:
+            renewed.append(rollout_id)
+            if len(renewed) >= 6:
+                done.set()
+            return TransitionResult(True, None)
+
+    leases = _leases(Recording())
+    async with (
+        leases.holding("a", 1, RecordState.RUNNING),
+        leases.holding("b", 1, RecordState.RUNNING),
+    ):
+        await asyncio.wait_for(done.wait(), WITHIN)
+    # Each lease renewed again and again, neither starved by the other.
+    assert renewed.count("a") >= 2 and renewed.count("b") >= 2
+    assert leases.waiting == 0
+
+
+async def test_a_new_event_loop_starts_with_no_holds() -> None:
+    # A Lambda invocation runs its own loop: a hold left by a loop that closed must not keep
+    # the heartbeat timer of the next from being armed.
+    store = CountingRenewals(applied=100, wanted=2)
+    leases = _leases(store)
+
+    def in_a_loop_that_dies() -> None:
+        async def hold_and_vanish() -> None:
+            holding = leases.holding("old", 1, RecordState.RUNNING)
+            await holding.__aenter__()  # never left: the loop ends with it held
+
+        asyncio.run(hold_and_vanish())
+
+    await asyncio.get_running_loop().run_in_executor(None, in_a_loop_that_dies)
+    async with leases.holding("r1", 1, RecordState.RUNNING):
+        await asyncio.wait_for(store.seen.wait(), WITHIN)
+    assert store.calls >= 2
