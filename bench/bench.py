@@ -64,7 +64,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -689,6 +689,23 @@ def before_of(path: Path) -> dict[str, Any]:
     }
 
 
+def _label_bars(
+    axes: Any, xs: Iterable[float], values: Iterable[float | None], fmt: str, *, zeros: bool = False
+) -> None:
+    """Each bar's value written above it (a missing one, or a zero unless ``zeros``, is not)."""
+    for x, v in zip(xs, values, strict=True):
+        if v is not None and (v or zeros):
+            axes.annotate(
+                fmt.format(v),
+                (x, v),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                xytext=(0, 2),
+                textcoords="offset points",
+            )
+
+
 def cpu_ratio_chart(axes: Any, results: dict[str, Any]) -> None:
     """Server CPU per rollout over the bare aiohttp client's, per store: this run beside the
     earlier one (``before``), with the goals."""
@@ -707,17 +724,7 @@ def cpu_ratio_chart(axes: Any, results: dict[str, Any]) -> None:
         ]
         xs = [i + (j - 0.5) * width for i in range(len(stores))]
         axes.bar(xs, [v or 0.0 for v in values], width, label=label)
-        for x, v in zip(xs, values, strict=True):
-            if v:
-                axes.annotate(
-                    f"{v:.2f}",
-                    (x, v),
-                    ha="center",
-                    va="bottom",
-                    fontsize=8,
-                    xytext=(0, 2),
-                    textcoords="offset points",
-                )
+        _label_bars(axes, xs, values, "{:.2f}")
     for i, store in enumerate(stores):
         axes.hlines(
             CPU_RATIO_GOALS[store],
@@ -816,16 +823,7 @@ def chart(results: dict[str, Any], path: Path) -> None:
     right.legend(fontsize=8)
     cpu_ms = [f[k]["cpu_ms_per_rollout"]["median"] or 0.0 for k in labels]
     cpu.bar(labels, cpu_ms, color=colours)
-    for x, v in enumerate(cpu_ms):
-        cpu.annotate(
-            f"{v:.1f}",
-            (x, v),
-            ha="center",
-            va="bottom",
-            fontsize=8,
-            xytext=(0, 2),
-            textcoords="offset points",
-        )
+    _label_bars(cpu, range(len(cpu_ms)), cpu_ms, "{:.1f}", zeros=True)
     base_ms = f[CPU_BASELINE]["cpu_ms_per_rollout"]["median"] if CPU_BASELINE in f else None
     for (store, most), colour in zip(CPU_RATIO_GOALS.items(), ("#d62728", "#9467bd"), strict=False):
         if base_ms:
