@@ -230,9 +230,11 @@ class Store(abc.ABC):
     # ``_update``, ``_release``, ``_due_page``, ``_acquire_pass``, ``_release_pass``); the port
     # runs each body whole through :meth:`_run`.
 
-    async def _run(self, work: Callable[[], T]) -> T:
+    async def _run(self, work: Callable[[], T], *, urgent: bool = False) -> T:
         """Run ``work`` (one whole primitive) and return its result; inline here. A back end
-        that can block overrides it, so the event loop never waits on the back end."""
+        that can block overrides it, so the event loop never waits on the back end.
+        ``urgent``: an answer on the wire waits for it (init's 202, on ``create``), so a back end
+        that groups its commits (SQLite's) commits it at once rather than with its group."""
         return work()
 
     async def create(
@@ -259,7 +261,7 @@ class Store(abc.ABC):
             ).applied_to(record)
         slot_until = max(record.expires_at, slot_expires_at or 0)
         return await self._run(
-            functools.partial(self._create, self.admitted(record), now, slot_until)
+            functools.partial(self._create, self.admitted(record), now, slot_until), urgent=True
         )
 
     async def get(self, rollout_id: str, *, now: float) -> RolloutRecord | None:

@@ -156,8 +156,8 @@ class DynamoDBStore(Store):
     # Each primitive does all of its work (encoding, S3 for large values, DynamoDB, decoding) in
     # one worker thread: boto3 is synchronous, and one hop per operation keeps the loop free.
 
-    async def _run(self, work: Callable[[], T]) -> T:
-        return await asyncio.to_thread(work)
+    async def _run(self, work: Callable[[], T], *, urgent: bool = False) -> T:
+        return await asyncio.to_thread(work)  # every call is its own write: urgent or not
 
     async def close(self) -> None:
         """boto3 clients need no closing; the process owns them."""

@@ -35,9 +35,18 @@ HOLD = 5.0
 pytestmark = pytest.mark.timeout(30)
 
 
+class Grouped(SQLiteStore):
+    """The store with its creates grouped like every other move. The real one commits a create
+    at once (``urgent``: init's 202 waits on it; tested below, on SQLiteStore itself); these
+    tests need many writes of new rows in one group, and create is the move that makes them."""
+
+    async def _run(self, work: Callable[[], Any], *, urgent: bool = False) -> Any:
+        return await super()._run(work)
+
+
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
-    opened = SQLiteStore(tmp_path / "rollouts.sqlite3", busy_timeout_seconds=HOLD)
+    opened = Grouped(tmp_path / "rollouts.sqlite3", busy_timeout_seconds=HOLD)
     try:
         yield opened
     finally:
@@ -249,7 +258,7 @@ async def test_a_thread_transaction_waits_for_an_open_group_and_no_one_deadlocks
     tmp_path: Path,
 ) -> None:
     # A short busy timeout: a deadlock would fail the thread's transaction in a second.
-    store = SQLiteStore(tmp_path / "rollouts.sqlite3", busy_timeout_seconds=1.0)
+    store = Grouped(tmp_path / "rollouts.sqlite3", busy_timeout_seconds=1.0)
     began = threading.Event()
     store._patient.set_trace_callback(lambda sql: began.set() if sql == "BEGIN IMMEDIATE" else None)
     loop = asyncio.get_running_loop()
@@ -278,7 +287,7 @@ async def test_a_synchronous_caller_on_the_loop_commits_the_open_group_first(
     tmp_path: Path,
 ) -> None:
     # Without that it would wait for a lock only this thread's next loop iteration drops.
-    store = SQLiteStore(tmp_path / "rollouts.sqlite3", busy_timeout_seconds=1.0)
+    store = Grouped(tmp_path / "rollouts.sqlite3", busy_timeout_seconds=1.0)
     try:
         tasks = [asyncio.ensure_future(store.create(make_record(rid), now=NOW)) for rid in "ab"]
         await asyncio.sleep(0)
@@ -311,7 +320,7 @@ async def test_close_commits_or_fails_the_open_group(store: SQLiteStore, fails: 
 async def test_close_now_on_the_loop_commits_the_open_group(tmp_path: Path) -> None:
     # Synchronous: without committing the group first, its thread would wait for ever for the
     # loop connection's lock, which only this (blocked) thread's next iteration drops.
-    store = SQLiteStore(tmp_path / "rollouts.sqlite3")
+    store = Grouped(tmp_path / "rollouts.sqlite3")
     task = asyncio.ensure_future(store.create(make_record(), now=NOW))
     await asyncio.sleep(0)
     assert store._group is not None
@@ -337,3 +346,40 @@ async def test_checkpoints_count_commits_not_moves(
     await store.close()  # after the checkpoint handed to the store's thread
     assert len(checkpoints) == 1
     assert checkpoints[0].startswith("rollout-sdk-sqlite")
+
+
+async def test_a_create_commits_at_once_with_its_group(tmp_path: Path) -> None:
+    # The real store: init's 202 waits on its create, so the create does not wait for the next
+    # iteration's COMMIT; the group's other moves commit with it.
+    store = SQLiteStore(tmp_path / "rollouts.sqlite3")
+    try:
+        assert (await store.create(make_record("r-1"), now=NOW)).created
+        with _statements(store._prompt) as seen:
+            claiming = asyncio.ensure_future(claim(store, "r-1"))
+            await asyncio.sleep(0)  # the claim runs in its group, not committed yet
+            assert store._group is not None and len(store._group.waiters) == 1
+            created = await store.create(make_record("r-2"), now=NOW)
+            assert created.created
+            # Answered without a loop iteration passing: the claim, answered by the same
+            # COMMIT, has not even woken yet (waiting for the group, it would have: its task
+            # was woken first).
+            assert not claiming.done()
+            # Answered with its write in the file, and the claim's with it, in one COMMIT.
+            assert _rows(store) == {"r-1": "RUNNING", "r-2": "ACCEPTED"}
+            assert seen.count("COMMIT") == 1
+            assert store._group is None
+            assert (await asyncio.wait_for(claiming, HOLD)).state == RecordState.RUNNING
+    finally:
+        await store.close()
+
+
+async def test_a_create_whose_commit_fails_raises(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "rollouts.sqlite3")
+    try:
+        _deny_commit_once(store._prompt)
+        with pytest.raises(StoreError, match="commit failed"):
+            await store.create(make_record("r-1"), now=NOW)
+        assert _rows(store) == {}
+        assert (await store.create(make_record("r-1"), now=NOW)).created
+    finally:
+        await store.close()
