@@ -585,23 +585,9 @@ class SQLiteStore(TransactionalStore):
             group.broken = "the transaction was rolled back"  # by SQLite, after an error
         if group.broken is not None:
             raise StoreError(f"SQLite store {self.path}: {group.broken}")
-        try:
-            conn.execute("SAVEPOINT move")
-        except sqlite3.Error as exc:
-            raise StoreError(f"SQLite store {self.path}: {exc}") from exc
-        try:
-            yield _SQLiteTransaction(conn, self._encodings)
-        except sqlite3.Error as exc:
-            self._undo_move(group)
-            raise StoreError(f"SQLite store {self.path}: {exc}") from exc
-        except BaseException:
-            self._undo_move(group)
-            raise
-        try:
-            conn.execute("RELEASE move")
-        except sqlite3.Error as exc:
-            self._undo_move(group)
-            raise StoreError(f"SQLite store {self.path}: {exc}") from exc
+        yield from self._unit(
+            conn, "SAVEPOINT move", "RELEASE move", lambda: self._undo_move(group), ended=""
+        )
 
     def _undo_move(self, group: _Group) -> None:
         """Roll the group back to the move's savepoint; when even that fails, the whole group
@@ -613,23 +599,43 @@ class SQLiteStore(TransactionalStore):
             group.broken = f"a failed move could not be undone alone: {exc}"
 
     def _in_transaction(self, conn: sqlite3.Connection) -> Iterator[_SQLiteTransaction]:
+        yield from self._unit(
+            conn,
+            "BEGIN IMMEDIATE",
+            "COMMIT",
+            lambda: conn.execute("ROLLBACK"),
+            ended="commit failed: ",
+        )
+
+    def _unit(
+        self,
+        conn: sqlite3.Connection,
+        begin: str,
+        end: str,
+        undo: Callable[[], object],
+        *,
+        ended: str,
+    ) -> Iterator[_SQLiteTransaction]:
+        """One unit of work on ``conn`` (a transaction, or a move's savepoint in a group):
+        ``begin``, the block, ``end``; ``undo`` when the block or ``end`` fails. An SQLite
+        error becomes StoreError (``ended`` prefixes one from ``end``)."""
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(begin)
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite store {self.path}: {exc}") from exc
         try:
             yield _SQLiteTransaction(conn, self._encodings)
         except sqlite3.Error as exc:
-            conn.execute("ROLLBACK")
+            undo()
             raise StoreError(f"SQLite store {self.path}: {exc}") from exc
         except BaseException:
-            conn.execute("ROLLBACK")
+            undo()
             raise
         try:
-            conn.execute("COMMIT")
+            conn.execute(end)
         except sqlite3.Error as exc:
-            conn.execute("ROLLBACK")
-            raise StoreError(f"SQLite store {self.path}: commit failed: {exc}") from exc
+            undo()
+            raise StoreError(f"SQLite store {self.path}: {ended}{exc}") from exc
 
     def _due(self, until: float, limit: int, after: DueCursor | None) -> DuePage:
         start_at, start_id = after if after is not None else (float("-inf"), "")
