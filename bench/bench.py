@@ -86,6 +86,7 @@ from bench.redrive import parse_sizes
 from bench.redrive import summary_lines as redrive_lines
 from bench.throughput import BASELINE, ThroughputRun, run_baseline, run_kit
 from testkit import REPO_ROOT
+from testkit.earlier_run import CPU_BASELINE, before_lines, before_of
 from testkit.machine import machine
 
 RESULTS = REPO_ROOT / "bench" / "results"
@@ -115,9 +116,8 @@ RATIO_GOALS = {
     ("sqlite", BASELINE): 0.5,
     ("sqlite", f"{BASELINE}_httpx"): 1.0,
 }
-#: The bare client the server's CPU per rollout is held against: aiohttp making the same three
-#: exchanges (two chat calls, one callback), the stack the kit's TrainGate client runs on.
-CPU_BASELINE = f"{BASELINE}_aiohttp"
+# CPU_BASELINE (testkit.earlier_run): the bare client the server's CPU per rollout is held
+# against, aiohttp making the same three exchanges, the stack the kit's TrainGate client runs on.
 #: Most server CPU per rollout over :data:`CPU_BASELINE`'s client CPU per rollout, per store:
 #: run by run (they ran side by side), the median of the runs deciding.
 CPU_RATIO_GOALS = {"sqlite": 2.5, "memory": 2.2}
@@ -611,14 +611,7 @@ def summary(results: dict[str, Any]) -> str:
         )
     if "dynamodb_skipped" in f["throughput"]:
         lines.append(f"dynamodb: {f['throughput']['dynamodb_skipped']}")
-    before = results.get("before") or {}
-    for store, ratio in (before.get("cpu_vs_baseline") or {}).items():
-        now = (f.get("cpu_vs_baseline", {}).get(store) or {}).get(f"vs_{CPU_BASELINE}") or {}
-        lines.append(
-            f"{store}: server CPU over {CPU_BASELINE}'s {_fmt(now.get('median'), 2)}, before "
-            f"{_fmt(ratio.get('median'), 2)} ({before.get('file')}, commit "
-            f"{(before.get('commit') or '?')[:10]})"
-        )
+    lines += before_lines(results)
     o = f["sdk_overhead_per_chat_call"]
     m = f["memory_per_rollout_in_flight"]
     r = f["aws_requests_per_rollout"]
@@ -669,24 +662,6 @@ def _redrive_lines(figure: dict[str, Any] | None) -> list[str]:
     if "error" in figure:
         return ["", f"re-drive: not measured ({figure['error'][:200]})"]
     return ["", *redrive_lines(figure)]
-
-
-def before_of(path: Path) -> dict[str, Any]:
-    """What the chart and the summary show of an earlier results file beside this run: its
-    commit, date and server CPU ratios (each store's median and runs)."""
-    import json
-
-    earlier = json.loads(path.read_text(encoding="utf-8"))
-    ratios = {
-        store: by_base.get(f"vs_{CPU_BASELINE}")
-        for store, by_base in (earlier.get("figures", {}).get("cpu_vs_baseline") or {}).items()
-    }
-    return {
-        "file": os.path.relpath(path, REPO_ROOT),
-        "date": earlier.get("date"),
-        "commit": ((earlier.get("versions") or {}).get("rollout-sdk") or {}).get("commit"),
-        "cpu_vs_baseline": {k: v for k, v in ratios.items() if v},
-    }
 
 
 def _label_bars(
