@@ -20,10 +20,10 @@ class Job:
     The callback key travels with the job, never in the record (protocol.md section 3).
     ``request`` and ``init_response`` are init's validated request and 202 body, when the job
     stays in this process (the local server's in-process dispatcher): the worker then uses them
-    rather than validating the stored copies again. ``cost`` is what the rollout used before the hand-off (on Lambda, the API
-    function's part of its cost estimate, :mod:`rollout_sdk.cost`), for the worker to
-    carry on. Dispatchers that send the job elsewhere carry all but ``request`` and
-    ``init_response``.
+    rather than validating the stored copies again. ``cost`` is what the rollout used before the
+    hand-off (on Lambda, the API function's part of its cost estimate, :mod:`rollout_sdk.cost`),
+    for the worker to carry on. Dispatchers that send the job elsewhere carry all but
+    ``request`` and ``init_response``.
     """
 
     rollout_id: str

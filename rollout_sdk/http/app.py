@@ -268,9 +268,9 @@ def local_app(
 ) -> FastAPI:
     """A process that runs its own rollouts, on ``engine`` and the dispatcher it built: every
     wire model built now and the TrainGate client's HTTP stack loaded at start-up (a long-lived
-    server pays for them then, not on a first request or rollout), callback keys sealed into the record from init on (its restart sweep and cancel
-    need them), and the re-drive on a timer while it serves. ConfigurationError for an engine
-    without its dispatcher."""
+    server pays for them then, not on a first request or rollout), callback keys sealed into the
+    record from init on (its restart sweep and cancel need them), and the re-drive on a timer
+    while it serves. ConfigurationError for an engine without its dispatcher."""
     if engine.dispatcher is None:
         raise ConfigurationError(
             "the app runs its engine's worker: build the engine with a dispatcher "

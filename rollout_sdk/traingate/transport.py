@@ -8,12 +8,12 @@ transport, called without ``httpx.AsyncClient`` above it, comes within a few ten
 millisecond of aiohttp alone. httpcore's pool looks at every pooled connection on each request
 (encode/httpcore#1035); aiohttp keeps idle connections per host in a queue and takes the newest.
 
-Two ways in, one exchange under both. :meth:`AiohttpTransport.post` is the TrainGate client's:
-the URL as a string or a parsed ``yarl.URL`` (aiohttp's own type), plain header pairs, the bytes
-and an ``aiohttp.ClientTimeout`` (its ``timeouts``); it answers an :class:`Answer` (status, headers, body) and
-builds no httpx object, which a profile of the local server had put at about a tenth of its CPU
-(the client module says more). :meth:`AiohttpTransport.handle_async_request` keeps httpx's seam
-for every other caller (``rollout-sdk test``'s forwarder, :mod:`rollout_sdk.network`, tests):
+Two ways in, one exchange under both. :meth:`AiohttpTransport.post` is the TrainGate client's: the
+URL as a string or a parsed ``yarl.URL`` (aiohttp's own type), plain header pairs, the bytes and
+an ``aiohttp.ClientTimeout`` (its ``timeouts``); it answers an :class:`Answer` (status, headers,
+body) and builds no httpx object, which a profile of the local server had put at about a tenth of
+its CPU (the client module says more). :meth:`AiohttpTransport.handle_async_request` keeps httpx's
+seam for every other caller (``rollout-sdk test``'s forwarder, :mod:`rollout_sdk.network`, tests):
 the client gives any other ``httpx.AsyncBaseTransport`` (``httpx.MockTransport`` in tests,
 ``httpx.AsyncHTTPTransport``) an ``httpx.Request`` and reads its ``httpx.Response`` as an
 :class:`Answer`. Both ways run the same exchange (``AiohttpTransport._exchange``): the policy's
@@ -22,13 +22,13 @@ written there once. Failures are httpx's exception classes on both, those of :me
 without a request (``request=None``: nothing in the kit reads ``exc.request``).
 
 This module is written here rather than taken from the httpx-aiohttp package because the client's
-error rules need what that package does not give: every aiohttp failure mapped to the httpx exception that says what
-happened (it maps a dropped connection to ``ConnectTimeout``), and whether the failed request
-went out on a connection taken from the pool (:class:`StaleConnectionError`). It reads each body
-whole (TrainGate's answers are small JSON), so there is no stream to manage, but never more of it
-than ``max_answer_bytes`` after decoding: past that the call fails (:class:`AnswerTooLargeError`)
-without reading on. Bodies are decoded by aiohttp as they stream in, so the limit holds for a
-compressed answer too.
+error rules need what that package does not give: every aiohttp failure mapped to the httpx
+exception that says what happened (it maps a dropped connection to ``ConnectTimeout``), and
+whether the failed request went out on a connection taken from the pool
+(:class:`StaleConnectionError`). It reads each body whole (TrainGate's answers are small JSON), so
+there is no stream to manage, but never more of it than ``max_answer_bytes`` after decoding: past
+that the call fails (:class:`AnswerTooLargeError`) without reading on. Bodies are decoded by
+aiohttp as they stream in, so the limit holds for a compressed answer too.
 
 Given an :class:`~rollout_sdk.traingate.outbound.OutboundPolicy`, it connects only where the policy
 allows: a literal host is checked before the request is sent, and a name's resolved addresses in
