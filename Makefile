@@ -78,16 +78,19 @@ clean:
 	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .mypy_cache .ruff_cache .rollout-state .aws-sam
 
 # ---------------------------------------------------------------- AWS (SAM)
-# SAM's makefile builder calls build-<LogicalId> with ARTIFACTS_DIR set. The artifact holds only
-# what runs: handler.py, rollout_sdk/ without local/ and testing/, the agent's folders
-# (AGENT_SOURCES) and the dependencies of infra/requirements-lambda.txt plus the agent's own
+# SAM's makefile builder calls build-<LogicalId> with ARTIFACTS_DIR set, once per resource.
+# The dependencies are built once, into the DependenciesLayer (a Lambda layer every function
+# carries: Lambda unpacks it into /opt, and /opt/python is on the runtime's sys.path after the
+# function's own /var/task): infra/requirements-lambda.txt plus the agent's own
 # requirements.txt, built for the Lambda runtime's Python and architecture (ARCH=x86_64 or
-# arm64, matching the template's Architecture).
+# arm64, matching the template's Architecture), trimmed and compiled. Each function's own
+# artifact holds only the code: handler.py, rollout_sdk/ without local/ and testing/, and the
+# agent's folders (AGENT_SOURCES), compiled.
 AGENT_SOURCES ?= examples
 # The template's McpFolder, when the functions serve an MCP folder (MCPAgentLoop): set, FastMCP
-# and its dependencies (infra/requirements-mcp.txt) enter the artifact; empty, they do not.
-# `make build-lambda MCP_FOLDER=examples/mcp_calculator` (or MCP_FOLDER=... in the environment
-# of `sam build`) reaches the build-<LogicalId> targets SAM runs: make passes it on to them.
+# and its dependencies (infra/requirements-mcp.txt) enter the dependency layer; empty, they do
+# not. `make build-lambda MCP_FOLDER=examples/mcp_calculator` (or MCP_FOLDER=... in the
+# environment of `sam build`) reaches the build-<LogicalId> targets SAM runs: make passes it on.
 MCP_FOLDER ?=
 ARCH ?= x86_64
 LAMBDA_PYTHON ?= 3.13
@@ -97,7 +100,16 @@ SAM := $(SAM_VENV)/bin/sam
 # Offline and anonymous: a fake region and credentials, no telemetry. Nothing here calls AWS.
 SAM_ENV := AWS_DEFAULT_REGION=us-east-1 AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing SAM_CLI_TELEMETRY=0
 
-define lambda_artifact
+# Bytecode by the runtime's own Python: Lambda's code folder and /opt are read-only, so without
+# it every cold start compiles every module from source. unchecked-hash, because a zip keeps
+# file times only to 2 seconds (a timestamp check could reject every .pyc); make package checks
+# that a fresh process compiles nothing from source.
+define compile_for_lambda
+	python$(LAMBDA_PYTHON) -m compileall -q -j 0 --invalidation-mode unchecked-hash "$(1)" > /dev/null
+endef
+
+# One function's code (the same for every function: each runs its own entry point of handler.py).
+define function_artifact
 	mkdir -p "$(ARTIFACTS_DIR)"
 	cp handler.py "$(ARTIFACTS_DIR)/"
 	cp -R rollout_sdk $(AGENT_SOURCES) "$(ARTIFACTS_DIR)/"
@@ -107,64 +119,79 @@ define lambda_artifact
 		"$(ARTIFACTS_DIR)/rollout_sdk/__main__.py"
 	find "$(ARTIFACTS_DIR)" -name '__pycache__' -prune -exec rm -rf {} +
 	$(if $(MCP_FOLDER),@test -f "$(ARTIFACTS_DIR)/$(MCP_FOLDER)/main.py" || { echo "MCP_FOLDER=$(MCP_FOLDER): no main.py there in the artifact; name a folder under AGENT_SOURCES ($(AGENT_SOURCES)) that holds the server's main.py" >&2; exit 2; })
+	$(call compile_for_lambda,$(ARTIFACTS_DIR))
+endef
+
+# The dependency layer: everything under python/, as Lambda expects a Python layer.
+LAYER_SITE = $(ARTIFACTS_DIR)/python
+define dependency_layer
+	mkdir -p "$(LAYER_SITE)"
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check --no-compile \
 		--platform $(LAMBDA_PLATFORM) --implementation cp --python-version $(LAMBDA_PYTHON) \
-		--only-binary=:all: --target "$(ARTIFACTS_DIR)" \
+		--only-binary=:all: --target "$(LAYER_SITE)" \
 		-c constraints.txt -r infra/requirements-lambda.txt -r requirements.txt \
 		$(if $(MCP_FOLDER),-r infra/requirements-mcp.txt)
-	rm -rf "$(ARTIFACTS_DIR)"/*.dist-info/RECORD "$(ARTIFACTS_DIR)/bin"
+	rm -rf "$(LAYER_SITE)"/*.dist-info/RECORD "$(LAYER_SITE)/bin"
 	# aws-xray-sdk requires botocore, which brings urllib3, python-dateutil and six: the Lambda
-	# Python runtime provides all four (with boto3), so the artifact does not ship them (22 MB).
-	rm -rf "$(ARTIFACTS_DIR)"/botocore "$(ARTIFACTS_DIR)"/botocore-*.dist-info \
-		"$(ARTIFACTS_DIR)"/urllib3 "$(ARTIFACTS_DIR)"/urllib3-*.dist-info \
-		"$(ARTIFACTS_DIR)"/dateutil "$(ARTIFACTS_DIR)"/python_dateutil-*.dist-info \
-		"$(ARTIFACTS_DIR)"/six.py "$(ARTIFACTS_DIR)"/six-*.dist-info
+	# Python runtime provides all four (with boto3), so the layer does not ship them (22 MB).
+	rm -rf "$(LAYER_SITE)"/botocore "$(LAYER_SITE)"/botocore-*.dist-info \
+		"$(LAYER_SITE)"/urllib3 "$(LAYER_SITE)"/urllib3-*.dist-info \
+		"$(LAYER_SITE)"/dateutil "$(LAYER_SITE)"/python_dateutil-*.dist-info \
+		"$(LAYER_SITE)"/six.py "$(LAYER_SITE)"/six-*.dist-info
 	# Only what runs: no type stubs, no test folders of dependencies, stripped extensions, and
 	# not Powertools' event_handler (2 MB; the API is FastAPI behind Mangum, never imported).
-	find "$(ARTIFACTS_DIR)" \( -name '*.pyi' -o -name 'py.typed' \) -delete
-	find "$(ARTIFACTS_DIR)" -mindepth 2 -type d \( -name tests -o -name __pycache__ \) -prune -exec rm -rf {} +
-	rm -rf "$(ARTIFACTS_DIR)/aws_lambda_powertools/event_handler"
+	find "$(LAYER_SITE)" \( -name '*.pyi' -o -name 'py.typed' \) -delete
+	find "$(LAYER_SITE)" -mindepth 2 -type d \( -name tests -o -name __pycache__ \) -prune -exec rm -rf {} +
+	rm -rf "$(LAYER_SITE)/aws_lambda_powertools/event_handler"
+	# Nor what only development tools load, or what cannot import without a package the layer
+	# does not ship: the test helpers of anyio, Starlette and pydantic's mypy plugin; anyio's trio
+	# backend (trio); the command lines of httpx and python-dotenv (click); Powertools' validation
+	# (fastjsonschema) and data masking (jsonpath-ng). About 0.5 MB.
+	rm -rf "$(LAYER_SITE)"/anyio/_backends/_trio.py "$(LAYER_SITE)"/anyio/pytest_plugin.py \
+		"$(LAYER_SITE)"/starlette/testclient.py "$(LAYER_SITE)"/pydantic/mypy.py \
+		"$(LAYER_SITE)"/httpx/_main.py "$(LAYER_SITE)"/dotenv/cli.py \
+		"$(LAYER_SITE)"/aws_lambda_powertools/utilities/validation \
+		"$(LAYER_SITE)"/aws_lambda_powertools/utilities/data_masking
 	# The TrainGate client sends through aiohttp (rollout_sdk/traingate/transport.py): not its server,
 	# test or gunicorn modules; nor httpcore and h11, which httpx imports only to build its own
 	# transport, which nothing on Lambda builds (bench/package.py imports the handler and runs an
 	# event of each function on the result).
-	rm -rf "$(ARTIFACTS_DIR)"/aiohttp/web*.py "$(ARTIFACTS_DIR)"/aiohttp/pytest_plugin.py \
-		"$(ARTIFACTS_DIR)"/aiohttp/test_utils.py "$(ARTIFACTS_DIR)"/aiohttp/worker.py \
-		"$(ARTIFACTS_DIR)"/httpcore "$(ARTIFACTS_DIR)"/httpcore-*.dist-info \
-		"$(ARTIFACTS_DIR)"/h11 "$(ARTIFACTS_DIR)"/h11-*.dist-info
+	rm -rf "$(LAYER_SITE)"/aiohttp/web*.py "$(LAYER_SITE)"/aiohttp/pytest_plugin.py \
+		"$(LAYER_SITE)"/aiohttp/test_utils.py "$(LAYER_SITE)"/aiohttp/worker.py \
+		"$(LAYER_SITE)"/httpcore "$(LAYER_SITE)"/httpcore-*.dist-info \
+		"$(LAYER_SITE)"/h11 "$(LAYER_SITE)"/h11-*.dist-info
 	# Nor the sources the compiled extensions were built from (Cython and C), nor the software
 	# bills of materials some wheels carry: nothing reads them at run time.
-	find "$(ARTIFACTS_DIR)" -type f \( -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' \
+	find "$(LAYER_SITE)" -type f \( -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' \
 		-o -name '*.c' -o -name '*.h' -o -name '*.cpp' \) -delete
-	rm -rf "$(ARTIFACTS_DIR)"/*.dist-info/sboms
+	rm -rf "$(LAYER_SITE)"/*.dist-info/sboms
 	# Package metadata keeps its headers (what importlib.metadata reads: names, versions, entry
 	# points stay in their own files) and drops the long description after them.
-	$(PYTHON) -c 'import pathlib, sys; [p.write_text(p.read_text(encoding="utf-8").split("\n\n", 1)[0] + "\n", encoding="utf-8") for p in pathlib.Path(sys.argv[1]).glob("*.dist-info/METADATA")]' "$(ARTIFACTS_DIR)"
-	find "$(ARTIFACTS_DIR)" -name '*.so' -exec strip --strip-unneeded {} + 2>/dev/null || true
-	# Bytecode by the runtime's own Python: Lambda's code folder is read-only, so without it
-	# every cold start compiles every module from source. unchecked-hash, because a zip keeps
-	# file times only to 2 seconds (a timestamp check could reject every .pyc); make package
-	# checks that a fresh process compiles nothing from source.
-	python$(LAMBDA_PYTHON) -m compileall -q -j 0 --invalidation-mode unchecked-hash "$(ARTIFACTS_DIR)" > /dev/null
+	$(PYTHON) -c 'import pathlib, sys; [p.write_text(p.read_text(encoding="utf-8").split("\n\n", 1)[0] + "\n", encoding="utf-8") for p in pathlib.Path(sys.argv[1]).glob("*.dist-info/METADATA")]' "$(LAYER_SITE)"
+	find "$(LAYER_SITE)" -name '*.so' -exec strip --strip-unneeded {} + 2>/dev/null || true
+	$(call compile_for_lambda,$(LAYER_SITE))
 endef
 
+build-DependenciesLayer:
+	$(dependency_layer)
+
 build-ApiFunction:
-	$(lambda_artifact)
+	$(function_artifact)
 
 build-WorkerFunction:
-	$(lambda_artifact)
+	$(function_artifact)
 
 build-WorkerFailureFunction:
-	$(lambda_artifact)
+	$(function_artifact)
 
 build-RedriveFunction:
-	$(lambda_artifact)
+	$(function_artifact)
 
 build-QueueWorkerFunction:
-	$(lambda_artifact)
+	$(function_artifact)
 
 build-DeadLetterFunction:
-	$(lambda_artifact)
+	$(function_artifact)
 
 $(SAM_VENV)/.installed: infra/requirements-sam.txt
 	@test -x $(SAM_VENV)/bin/python || $(PYTHON) -m venv $(SAM_VENV)
@@ -189,4 +216,4 @@ build-lambda: $(SAM_VENV)/.installed
 package: $(STAMP) build-lambda
 	$(BIN)/python -m bench.package --build-dir .aws-sam/build --python python$(LAMBDA_PYTHON)
 
-.PHONY: package build-ApiFunction build-WorkerFunction build-WorkerFailureFunction build-RedriveFunction build-QueueWorkerFunction build-DeadLetterFunction template-check build-lambda
+.PHONY: package build-DependenciesLayer build-ApiFunction build-WorkerFunction build-WorkerFailureFunction build-RedriveFunction build-QueueWorkerFunction build-DeadLetterFunction template-check build-lambda

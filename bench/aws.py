@@ -13,20 +13,22 @@ by phase, service and operation. The first rollout of an environment also reads 
 
 ``coldstart``: on the Lambda runtime's Python (``--python``; a pyenv version of that name is
 found without PYENV_VERSION, and the real interpreter is run, not pyenv's shim) with the
-artifact of ``.aws-sam/build/ApiFunction`` (every function's is the same folder). The artifact
-is reused when it is fresh, else built with the Makefile's own recipe (``make
-build-ApiFunction ARTIFACTS_DIR=...``, what ``sam build`` runs, without SAM, about half a
-minute; ``--no-build`` reports it as not measured instead): it is stale when it lacks
-handler.py or its bytecode for that Python, or when any file of handler.py, rollout_sdk/,
-examples/, the Makefile, constraints.txt or the requirements files was modified after the
-build wrote its handler.py. boto3 and botocore are the runtime's, not the artifact's: those of
+artifact of ``.aws-sam/build/ApiFunction`` (every function's code is the same folder) and the
+dependency layer every function carries, ``.aws-sam/build/DependenciesLayer``
+(:mod:`bench.artifact`). They are reused when fresh, else built with the Makefile's own recipes
+(``make build-DependenciesLayer`` and ``build-ApiFunction`` with ``ARTIFACTS_DIR=...``, what
+``sam build`` runs, without SAM, about a quarter of a minute; ``--no-build`` reports it as not
+measured instead): stale when the code lacks handler.py or its bytecode for that Python, the
+layer its python/ folder or bytecode, or when any file of handler.py, rollout_sdk/, examples/,
+the Makefile, constraints.txt or the requirements files was modified after the older of the
+two builds. boto3 and botocore are the runtime's, not the artifact's: those of
 constraints.txt, installed once with ``pip --target`` by that Python into
 ``.aws-sam/runtime-boto3`` (compiled, as the runtime image has them).
 
 This process provisions moto (its own process, from the dev venv) and runs the TrainGate
 stand-in; each measurement is a fresh ``python3.13 -S -P bench/coldchild.py`` process with
-only the artifact and the runtime's boto3 on ``PYTHONPATH``, its cwd the artifact (as
-/var/task), timed from just before it is spawned: a bare import of fastapi, mangum, boto3 and
+only the artifact (its code as /var/task, then the layer's python/ as /opt/python) and the
+runtime's boto3 on ``PYTHONPATH``, its cwd the code, timed from just before it is spawned: a bare import of fastapi, mangum, boto3 and
 aws_lambda_powertools; ``handler.api`` to its first 202; and ``handler.worker`` to its first
 claim (its first DynamoDB write), its first chat call (stamped by the stand-in when the request
 arrives) and the end of the rollout. Each round runs the three of them in each mode of
@@ -61,6 +63,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.artifact import DEPENDENCIES_LAYER, LAYER_SITE, Artifact, make_artifact
 from bench.common import Figure, emit_result, median, parse_result
 from bench.throughput import standin_thread
 from testkit import REPO_ROOT
@@ -201,11 +204,11 @@ COLD_MODES: dict[str, str] = {
 GOAL_VS_BARE = 1.3
 #: The API's first 202 as Lambda runs it (b), at most this share of the no-bytecode one (c).
 GOAL_LAMBDA_VS_SOURCE = 0.5
-#: Every function's artifact is the same folder; this one's is measured.
+#: Every function's code is the same folder (with the same layer); this one's is measured.
 ARTIFACT_FUNCTION = "ApiFunction"
 BUILD_DIR = REPO_ROOT / ".aws-sam" / "build"
-#: What the Makefile's lambda_artifact reads (AGENT_SOURCES at its default): a build older than
-#: any of them is stale.
+#: What the Makefile's function_artifact and dependency_layer read (AGENT_SOURCES at its
+#: default): a build older than any of them is stale.
 BUILD_INPUTS = (
     "handler.py",
     "rollout_sdk",
@@ -282,18 +285,33 @@ def resolve_python(name: str) -> Interpreter | str:
     return f"{name} not found (install it with `pyenv install 3.13.0`, or pass --python PATH)"
 
 
-def artifact_staleness(artifact: Path, python: Interpreter) -> str | None:
+def lambda_artifact() -> Artifact:
+    """The measured function's artifact in ``.aws-sam/build``: its code and the dependency
+    layer (every function's code is the same, and every function carries that layer)."""
+    return Artifact(
+        ARTIFACT_FUNCTION, BUILD_DIR / ARTIFACT_FUNCTION, (BUILD_DIR / DEPENDENCIES_LAYER,)
+    )
+
+
+def artifact_staleness(artifact: Artifact, python: Interpreter) -> str | None:
     """Why ``artifact`` is not a build of this tree for ``python``, or None when it is.
 
-    Stale when it holds no handler.py or no bytecode of ``python``'s tag for it, or when a file
-    of :data:`BUILD_INPUTS` (``__pycache__`` aside) was modified after the build's copy of
-    handler.py was written (``cp`` gives it the build's time)."""
-    handler = artifact / "handler.py"
+    Stale when its code holds no handler.py or no bytecode of ``python``'s tag for it, when a
+    layer holds no python/ folder or no bytecode of that tag for fastapi, or when a file of
+    :data:`BUILD_INPUTS` (``__pycache__`` aside) was modified after the older of the two builds
+    (the code's copy of handler.py, which ``cp`` gives the build's time; the layer's python/
+    folder, which pip fills)."""
+    handler = artifact.code / "handler.py"
     if not handler.is_file():
-        return f"{artifact} holds no build"
-    if not (artifact / "__pycache__" / f"handler.{python.cache_tag}.pyc").is_file():
-        return f"no {python.cache_tag} bytecode in {artifact}"
+        return f"{artifact.code} holds no build"
+    if not (artifact.code / "__pycache__" / f"handler.{python.cache_tag}.pyc").is_file():
+        return f"no {python.cache_tag} bytecode in {artifact.code}"
     built = handler.stat().st_mtime
+    for layer in artifact.layers:
+        site = layer / LAYER_SITE
+        if not (site / "fastapi" / "__pycache__" / f"__init__.{python.cache_tag}.pyc").is_file():
+            return f"{layer} holds no build (or none for {python.cache_tag})"
+        built = min(built, site.stat().st_mtime)
     for name in BUILD_INPUTS:
         top = REPO_ROOT / name
         for path in [top] if top.is_file() else top.rglob("*"):
@@ -303,77 +321,81 @@ def artifact_staleness(artifact: Path, python: Interpreter) -> str | None:
 
 
 def ensure_artifact(python: Interpreter, *, build: bool = True) -> dict[str, Any]:
-    """``.aws-sam/build/ApiFunction``, reused when fresh, else built by the Makefile's recipe
-    (``make build-ApiFunction``, what ``sam build`` runs, without SAM; about half a minute).
-    ``error`` says why there is none."""
-    artifact = BUILD_DIR / ARTIFACT_FUNCTION
+    """``.aws-sam/build/ApiFunction`` and its layer, reused when fresh, else built by the
+    Makefile's recipes (``make build-DependenciesLayer`` and ``build-ApiFunction``, what ``sam
+    build`` runs, without SAM; about a quarter of a minute). ``error`` says why there is none."""
+    artifact = lambda_artifact()
     stale = artifact_staleness(artifact, python)
-    info: dict[str, Any] = {"path": os.path.relpath(artifact, REPO_ROOT), "stale": stale}
+    info: dict[str, Any] = {
+        "path": os.path.relpath(artifact.code, REPO_ROOT),
+        "layers": [os.path.relpath(layer, REPO_ROOT) for layer in artifact.layers],
+        "stale": stale,
+    }
     if stale is None:
         return {**info, "built": False}
     if not build:
         return {**info, "error": f"not built ({stale}): run PYENV_VERSION=3.13.0 make package"}
-    staging = BUILD_DIR.parent / "bench-staging" / ARTIFACT_FUNCTION
+    if shutil.which("make") is None:
+        return {**info, "error": f"not built ({stale}) and make is not on PATH"}
+    staging = BUILD_DIR.parent / "bench-staging"
     shutil.rmtree(staging, ignore_errors=True)
     path = f"{Path(python.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    make = shutil.which("make")
-    if make is None:
-        return {**info, "error": f"not built ({stale}) and make is not on PATH"}
     started = time.monotonic()
-    done = subprocess.run(  # noqa: S603 - a fixed argv list, no shell
-        [
-            make,
-            "--no-print-directory",
-            f"build-{ARTIFACT_FUNCTION}",
-            f"ARTIFACTS_DIR={staging}",
-            f"LAMBDA_PYTHON={python.minor}",
-        ],
-        cwd=REPO_ROOT,
-        env={**os.environ, "PATH": path},
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    if done.returncode != 0:
-        return {**info, "error": f"make build-{ARTIFACT_FUNCTION} failed: {done.stderr[-800:]}"}
-    shutil.rmtree(artifact, ignore_errors=True)
-    artifact.parent.mkdir(parents=True, exist_ok=True)
-    staging.rename(artifact)
+    try:
+        built = make_artifact(
+            staging,
+            ARTIFACT_FUNCTION,
+            variables={"LAMBDA_PYTHON": python.minor},
+            env={**os.environ, "PATH": path},
+        )
+    except subprocess.CalledProcessError as exc:
+        return {**info, "error": f"{' '.join(exc.cmd[:3])} failed: {str(exc.stderr)[-800:]}"}
+    for folder, into in zip(
+        [built.code, *built.layers], [artifact.code, *artifact.layers], strict=True
+    ):
+        shutil.rmtree(into, ignore_errors=True)
+        into.parent.mkdir(parents=True, exist_ok=True)
+        folder.rename(into)
     return {**info, "built": True, "build_seconds": round(time.monotonic() - started, 1)}
 
 
-def mode_folders(artifact: Path, boto3_dir: Path, workdir: Path) -> dict[str, tuple[Path, Path]]:
-    """A copy of the artifact for each of :data:`COLD_MODES`, and the runtime's boto3 it runs
-    with: in ``source`` a copy without bytecode too (every module compiled from source, as
-    when the artifact shipped botocore without bytecode)."""
-    folders: dict[str, tuple[Path, Path]] = {}
+def mode_folders(
+    artifact: Artifact, boto3_dir: Path, workdir: Path
+) -> dict[str, tuple[Artifact, Path]]:
+    """A copy of the artifact (its code and its layers) for each of :data:`COLD_MODES`, and the
+    runtime's boto3 it runs with: in ``source`` a copy without bytecode too (every module
+    compiled from source, as when the artifact shipped botocore without bytecode)."""
+    folders: dict[str, tuple[Artifact, Path]] = {}
     no_bytecode = shutil.ignore_patterns("__pycache__")
     for mode in COLD_MODES:
-        copy = workdir / mode
-        shutil.copytree(
-            artifact, copy, symlinks=True, ignore=no_bytecode if mode == "source" else None
-        )
+        copies = []
+        for folder in [artifact.code, *artifact.layers]:
+            copy = workdir / mode / folder.name
+            shutil.copytree(
+                folder, copy, symlinks=True, ignore=no_bytecode if mode == "source" else None
+            )
+            if mode == "lambda":  # Lambda's /var/task and /opt: read-only (root writes anyway)
+                for path in [copy, *copy.rglob("*")]:
+                    if not path.is_symlink():
+                        path.chmod(path.stat().st_mode & ~0o222)
+            copies.append(copy)
         boto3 = boto3_dir
         if mode == "source":
             boto3 = workdir / "source-boto3"
             shutil.copytree(boto3_dir, boto3, symlinks=True, ignore=no_bytecode)
-        if mode == "lambda":  # Lambda's /var/task: read-only (root writes regardless)
-            for path in [copy, *copy.rglob("*")]:
-                if not path.is_symlink():
-                    path.chmod(path.stat().st_mode & ~0o222)
-        folders[mode] = (copy, boto3)
+        folders[mode] = (Artifact(artifact.name, copies[0], tuple(copies[1:])), boto3)
     return folders
 
 
 def mode_env(
-    mode: str, function_env: dict[str, str], code: Path, boto3_dir: Path
+    mode: str, function_env: dict[str, str], artifact: Artifact, boto3_dir: Path
 ) -> dict[str, str]:
     """A Lambda-like environment: the function's variables (pointed at moto), fake AWS, the
-    artifact copy then the runtime's boto3 as the whole path, no user site."""
+    artifact copy (its code, then its layers' python/) then the runtime's boto3 as the whole
+    path, no user site."""
     env = {
         **function_env,
-        "PYTHONPATH": f"{code}{os.pathsep}{boto3_dir}",
+        "PYTHONPATH": artifact.python_path(boto3_dir),
         "PYTHONNOUSERSITE": "1",
     }
     if mode != "warm":
@@ -451,7 +473,7 @@ def cold_start(runs: int, python_name: str = "python3.13", *, build: bool = True
         tempfile.TemporaryDirectory(prefix="rollout-sdk-bench-") as tmp,
     ):
         workdir = Path(tmp)
-        folders = mode_folders(BUILD_DIR / ARTIFACT_FUNCTION, boto3_dir, workdir)
+        folders = mode_folders(lambda_artifact(), boto3_dir, workdir)
         resources = provision_stack(moto.endpoint_url, "bench-cold")
         # _HANDLER as Lambda sets it (handler.py imports that entry point's module at once).
         api_vars = {
@@ -465,9 +487,10 @@ def cold_start(runs: int, python_name: str = "python3.13", *, build: bool = True
         modes = list(COLD_MODES)
         for i in range(runs + 1):
             for mode in modes[i % len(modes) :] + modes[: i % len(modes)]:
-                code, boto3 = folders[mode]
-                api_env = mode_env(mode, api_vars, code, boto3)
-                worker_env = mode_env(mode, worker_vars, code, boto3)
+                copy, boto3 = folders[mode]
+                code = copy.code
+                api_env = mode_env(mode, api_vars, copy, boto3)
+                worker_env = mode_env(mode, worker_vars, copy, boto3)
                 rollout_id = f"bench-cold-{mode}-{i}"
 
                 def run(kind: str, env: dict[str, str], event: Any | None) -> dict[str, Any]:

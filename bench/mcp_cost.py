@@ -1,9 +1,10 @@
 """What serving an MCP folder adds to a Lambda function: artifact size and cold-start time.
 
-Builds the API function's artifact twice with the Makefile's own recipe (``make
-build-ApiFunction``, as `sam build` runs it), without and with ``MCP_FOLDER``, then compares:
+Builds the API function's artifact twice with the Makefile's own recipes (``make
+build-DependenciesLayer`` and ``build-ApiFunction``, as `sam build` runs them), without and with
+``MCP_FOLDER``, then compares:
 
-- the bytes unzipped and zipped (what `sam deploy` uploads);
+- the bytes unzipped and zipped of the code plus its layer (what `sam deploy` uploads);
 - ``import handler`` (which loads the agent loop named by ``AGENT_LOOP``, see
   rollout_sdk/aws/runtime.py) in fresh processes of the runtime's Python, interleaved, median
   of ``--runs``: the plain artifact with the calculator agent, the MCP artifact with the
@@ -20,12 +21,12 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
+from bench.artifact import DEPENDENCIES_LAYER, Artifact, make_artifact
 from bench.package import lambda_env, runtime_boto3, tree_bytes, zipped_bytes
 from testkit.imports import ImportProbe, probe_import
 
@@ -33,26 +34,22 @@ ROOT = Path(__file__).resolve().parents[1]
 CALCULATOR = "examples.calculator.agent:agent_loop"
 
 
-def build(target: Path, folder: str | None) -> None:
-    """The API function's artifact in ``target`` by the Makefile's recipe."""
-    subprocess.run(  # noqa: S603 - a fixed argv list, no shell
-        [  # noqa: S607 - make from PATH, as `sam build` runs it
-            "make",
-            "--no-print-directory",
-            "build-ApiFunction",
-            f"ARTIFACTS_DIR={target}",
-            f"PYTHON={sys.executable}",
-            f"MCP_FOLDER={folder or ''}",
-        ],
-        cwd=ROOT,
-        check=True,
-        stdout=subprocess.DEVNULL,
-        timeout=900,
+def build(target: Path, folder: str | None) -> Artifact:
+    """The API function's code and its dependency layer in ``target`` by the Makefile's
+    recipes (MCP_FOLDER reaches both: the layer's requirements and the code's check)."""
+    return make_artifact(
+        target, "ApiFunction", variables={"PYTHON": sys.executable, "MCP_FOLDER": folder or ""}
     )
 
 
+def artifact_sizes(artifact: Artifact) -> tuple[int, int]:
+    """The code plus its layers: bytes unzipped, and zipped (each zip as `sam deploy` makes it)."""
+    folders = [artifact.code, *artifact.layers]
+    return sum(tree_bytes(f) for f in folders), sum(zipped_bytes(f) for f in folders)
+
+
 def cold_import(
-    python: str, artifact: Path, boto3_dir: Path, agent: str, flags: tuple[str, ...] = ()
+    python: str, artifact: Artifact, boto3_dir: Path, agent: str, flags: tuple[str, ...] = ()
 ) -> ImportProbe:
     """``import handler`` in a fresh process of the artifact, serving ``agent``."""
     return probe_import(
@@ -60,7 +57,7 @@ def cold_import(
         python=python,
         flags=["-S", *flags],
         env={**lambda_env(artifact, boto3_dir), "AGENT_LOOP": agent},
-        cwd=artifact,
+        cwd=artifact.code,
         timeout=120,
     )
 
@@ -86,24 +83,29 @@ def main() -> int:
     args = parser.parse_args()
     work = args.work_dir.resolve()
     plain, with_mcp = work / "plain", work / "mcp"
-    if not args.reuse or not (plain.exists() and with_mcp.exists()):
-        for target, folder in ((plain, None), (with_mcp, args.folder)):
-            shutil.rmtree(target, ignore_errors=True)
-            build(target, folder)
+    artifacts: dict[str, Artifact] = {}
+    for name, target, folder in (("plain", plain, None), ("mcp", with_mcp, args.folder)):
+        if args.reuse and target.exists():
+            artifacts[name] = Artifact(
+                "ApiFunction", target / "ApiFunction", (target / DEPENDENCIES_LAYER,)
+            )
+            continue
+        shutil.rmtree(target, ignore_errors=True)
+        artifacts[name] = build(target, folder)
     boto3_dir = runtime_boto3(args.python, work / "runtime-boto3")
 
-    print(f"{'artifact':<10}{'unzipped MB':>13}{'zipped MB':>11}")
+    print(f"{'artifact':<10}{'unzipped MB':>13}{'zipped MB':>11}  (the code plus its layer)")
     sizes = {}
-    for name, artifact in (("plain", plain), ("mcp", with_mcp)):
-        sizes[name] = (tree_bytes(artifact), zipped_bytes(artifact))
+    for name, artifact in artifacts.items():
+        sizes[name] = artifact_sizes(artifact)
         print(f"{name:<10}{sizes[name][0] / 1e6:>13.1f}{sizes[name][1] / 1e6:>11.1f}")
     added = (sizes["mcp"][0] - sizes["plain"][0], sizes["mcp"][1] - sizes["plain"][1])
     print(f"{'added':<10}{added[0] / 1e6:>13.1f}{added[1] / 1e6:>11.1f}")
 
     cases = {
-        "plain artifact, calculator agent": (plain, CALCULATOR),
-        "MCP artifact, calculator agent": (with_mcp, CALCULATOR),
-        f"MCP artifact, mcp:{args.folder}": (with_mcp, f"mcp:{args.folder}"),
+        "plain artifact, calculator agent": (artifacts["plain"], CALCULATOR),
+        "MCP artifact, calculator agent": (artifacts["mcp"], CALCULATOR),
+        f"MCP artifact, mcp:{args.folder}": (artifacts["mcp"], f"mcp:{args.folder}"),
     }
     seconds: dict[str, list[float]] = {label: [] for label in cases}
     for _ in range(args.runs):  # interleaved, so drift in the machine's speed hits every case
@@ -125,10 +127,10 @@ def main() -> int:
     print(f"  the MCP path adds {mcp - base:.0f} ms ({mcp / base:.2f}x)")
 
     traced = cold_import(
-        args.python, with_mcp, boto3_dir, f"mcp:{args.folder}", flags=("-X", "importtime")
+        args.python, artifacts["mcp"], boto3_dir, f"mcp:{args.folder}", flags=("-X", "importtime")
     )
     plain_traced = cold_import(
-        args.python, plain, boto3_dir, CALCULATOR, flags=("-X", "importtime")
+        args.python, artifacts["plain"], boto3_dir, CALCULATOR, flags=("-X", "importtime")
     )
     kit = self_time_by_package(plain_traced.stderr)
     extra = {

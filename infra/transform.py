@@ -43,16 +43,22 @@ class _NoLookupPolicies(ManagedPolicyLoader):
 
 
 def as_packaged(template: dict) -> dict:
-    """Point local code at a placeholder S3 object, as `sam package` would, so the translator runs."""
+    """Point local code at a placeholder S3 object, as `sam package` would, so the translator
+    runs: each function's CodeUri and each layer's ContentUri (one kept when it already names
+    an S3 object, so a test can give a layer content of its own)."""
     placeholder = "s3://rollout-sdk-placeholder/artifact.zip"
     function_globals = template.get("Globals", {}).get("Function", {})
     if "CodeUri" in function_globals:
         function_globals["CodeUri"] = placeholder
-    for resource in template.get("Resources", {}).values():
+    for logical_id, resource in template.get("Resources", {}).items():
         if resource.get("Type") == "AWS::Serverless::Function":
             props = resource.setdefault("Properties", {})
             if "CodeUri" in props or "CodeUri" in function_globals:
                 props["CodeUri"] = placeholder
+        elif resource.get("Type") == "AWS::Serverless::LayerVersion":
+            props = resource.setdefault("Properties", {})
+            if not str(props.get("ContentUri", "")).startswith("s3://"):
+                props["ContentUri"] = f"s3://rollout-sdk-placeholder/{logical_id}.zip"
     return template
 
 

@@ -793,6 +793,12 @@ def stack_named_by_ids(translated: Mapping[str, Any], **parameters: str) -> Stac
         if resource["Type"] == "AWS::Lambda::Function":
             names[logical] = {"Ref": logical, "Arn": function_arn(logical)}
             names[f"{logical}Alias{ALIAS}"] = {"Ref": f"{function_arn(logical)}:{ALIAS}"}
+        elif resource["Type"] == "AWS::Lambda::LayerVersion":
+            # A layer version's Ref is its ARN, which ends in its version number: each
+            # LayerVersion resource (SAM names one per content) publishes a version of its own,
+            # told apart here by the logical id in that place.
+            arn = f"arn:aws:lambda:{REGION}:{ACCOUNT}:layer:dependencies:{logical}"
+            names[logical] = {"Ref": arn, "Arn": arn}
         elif resource["Type"] != "AWS::Lambda::Alias":  # an alias's Ref is its ARN (above)
             arn = f"arn:aws:test:{REGION}:{ACCOUNT}:{logical}"
             names[logical] = {"Ref": logical, "Arn": arn, "Version": "1", "QueueName": logical}

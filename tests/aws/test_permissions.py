@@ -34,6 +34,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import botocore.session
@@ -96,14 +97,15 @@ BACKFILL = {"backfill_due_index": True}  # the re-drive's one-off invocation aft
 # ---------------------------------------------------------------------- the SAM translation
 
 
-def translate(*without: str, each: bool = False) -> Any:
-    """template.yaml as the SAM translator of .venv-sam makes it (a subprocess, offline: fake
-    credentials, no IAM lookups); with ``each``, one translation per statement in ``without``."""
+def translate(*without: str, each: bool = False, template: Path = ROOT / "template.yaml") -> Any:
+    """``template`` (template.yaml) as the SAM translator of .venv-sam makes it (a subprocess,
+    offline: fake credentials, no IAM lookups); with ``each``, one translation per statement in
+    ``without``."""
     if not SAM_PYTHON.exists():
         pytest.fail(
             "the permission test needs the deployment tools' venv: make .venv-sam/.installed"
         )
-    args = [str(SAM_PYTHON), str(ROOT / "infra" / "transform.py"), str(ROOT / "template.yaml")]
+    args = [str(SAM_PYTHON), str(ROOT / "infra" / "transform.py"), str(template)]
     for name in without:
         args += ["--without", name]
     if each:
