@@ -132,6 +132,10 @@ define dependency_layer
 		-c constraints.txt -r infra/requirements-lambda.txt -r requirements.txt \
 		$(if $(MCP_FOLDER),-r infra/requirements-mcp.txt)
 	rm -rf "$(LAYER_SITE)"/*.dist-info/RECORD "$(LAYER_SITE)/bin"
+	# botocore's endpoint data cut to the services the kit calls, from the botocore just
+	# installed (constraints.txt's, the runtime's as the kit models it), as /opt/botocore-data;
+	# the kit's clients read it only under that botocore version (rollout_sdk/aws/clients.py).
+	$(PYTHON) infra/botocore_data.py "$(LAYER_SITE)/botocore" "$(ARTIFACTS_DIR)/botocore-data"
 	# aws-xray-sdk requires botocore, which brings urllib3, python-dateutil and six: the Lambda
 	# Python runtime provides all four (with boto3), so the layer does not ship them (22 MB).
 	rm -rf "$(LAYER_SITE)"/botocore "$(LAYER_SITE)"/botocore-*.dist-info \

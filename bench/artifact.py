@@ -3,7 +3,9 @@ it carries (the dependencies, built once into ``DependenciesLayer``).
 
 On Lambda the code is ``/var/task`` and each layer is unpacked into ``/opt``, whose ``python/``
 folder is on the runtime's path after the code; here the same folders go on ``PYTHONPATH`` in
-that order (:meth:`Artifact.python_path`), before the runtime's own boto3.
+that order (:meth:`Artifact.python_path`), before the runtime's own boto3, and a variable that
+names a path under ``/opt`` (the template's ``ROLLOUT_SDK_BOTOCORE_DATA``) names it in the
+layer's folder (:meth:`Artifact.environment`).
 
 The layers of a function are read from the template ``sam build`` wrote beside the artifacts
 (its ``Layers``, or the ``Globals`` ones, each a ``Ref`` to a layer of the template), so what is
@@ -49,6 +51,21 @@ class Artifact:
     def python_path(self, *after: Path) -> str:
         """``PYTHONPATH`` for a process run as Lambda runs the function, then ``after``."""
         return os.pathsep.join(str(p) for p in [*self.path_entries, *after])
+
+    def at_opt(self, value: str) -> str:
+        """``value`` with a leading ``/opt/`` (where Lambda unpacks the layers) pointed at the
+        first layer folder here that holds the rest of it; any other value as it is."""
+        if not value.startswith("/opt/"):
+            return value
+        rest = value.removeprefix("/opt/")
+        for layer in self.layers:
+            if (layer / rest).exists():
+                return str(layer / rest)
+        return value
+
+    def environment(self, variables: Mapping[str, str]) -> dict[str, str]:
+        """A function's ``variables`` as they read here: each ``/opt/`` path at its layer."""
+        return {name: self.at_opt(value) for name, value in variables.items()}
 
     def holds(self, name: str) -> bool:
         """Whether the code or a layer holds the top-level entry ``name``."""

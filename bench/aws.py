@@ -394,7 +394,7 @@ def mode_env(
     artifact copy (its code, then its layers' python/) then the runtime's boto3 as the whole
     path, no user site."""
     env = {
-        **function_env,
+        **artifact.environment(function_env),
         "PYTHONPATH": artifact.python_path(boto3_dir),
         "PYTHONNOUSERSITE": "1",
     }

@@ -154,6 +154,7 @@ def lambda_env(artifact: Artifact, boto3_dir: Path) -> dict[str, str]:
         "AGENT_LOOP": "examples.calculator.agent:agent_loop",
         "TABLE_NAME": "rollouts",
         "WORKER_FUNCTION_NAME": "worker",
+        "ROLLOUT_SDK_BOTOCORE_DATA": artifact.at_opt("/opt/botocore-data"),
         **FAKE_AWS,
         "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
         "AWS_MAX_ATTEMPTS": "1",

@@ -211,6 +211,9 @@ class LambdaSettings(BaseSettings):
         300, ge=0, le=86400, validation_alias="SECRET_MAX_AGE_SECONDS"
     )
     endpoint_url: str | None = Field(None, validation_alias="ROLLOUT_SDK_AWS_ENDPOINT_URL")
+    #: botocore's endpoint data cut to the kit's services (the dependency layer's
+    #: /opt/botocore-data): the kit's own clients read it (rollout_sdk/aws/clients.py).
+    botocore_data: str | None = Field(None, validation_alias="ROLLOUT_SDK_BOTOCORE_DATA")
     #: Lambda's own variables (the cost estimate's facts): the function's name and memory, and
     #: how its environment was initialised (on-demand, provisioned-concurrency, snap-start).
     function_name: str | None = Field(None, validation_alias="AWS_LAMBDA_FUNCTION_NAME")

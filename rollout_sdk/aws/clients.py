@@ -1,14 +1,25 @@
 """The Lambda functions' boto3 clients, each built on first use: boto3 and botocore's endpoint
 data are imported then, on first access, so a function that never calls a service does not
-pay for that service's client at its cold start."""
+pay for that service's client at its cold start.
+
+With ``botocore_data`` (the template sets ``ROLLOUT_SDK_BOTOCORE_DATA`` to the dependency
+layer's ``/opt/botocore-data``, which ``infra/botocore_data.py`` builds), the clients share a
+session of their own whose data path puts that folder first: botocore's endpoint data cut to
+the services below, 44 KB instead of 1.2 MB to parse at the first client. Only when the running
+botocore is the version the folder was built from (its ``BOTOCORE_VERSION``); otherwise, and
+without it, the clients come from boto3's default session, as an agent's own clients do.
+"""
 
 from __future__ import annotations
 
+from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from rollout_sdk.aws.metering import instrument
 
 if TYPE_CHECKING:
+    import boto3
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_kms import KMSClient
     from mypy_boto3_lambda import LambdaClient
@@ -41,10 +52,10 @@ class _Client(Generic[C]):
     def __get__(self, clients: AwsClients | None, owner: type[AwsClients]) -> Any:
         if clients is None:
             return self
-        import boto3
-
         client = instrument(
-            boto3.client(self.service, endpoint_url=clients.endpoint_url, config=clients.config)
+            clients.session.client(
+                self.service, endpoint_url=clients.endpoint_url, config=clients.config
+            )
         )
         clients.__dict__[self.name] = client
         return client
@@ -66,13 +77,56 @@ class AwsClients:
     sqs: _Client[SQSClient] = _Client("sqs")
     secretsmanager: _Client[SecretsManagerClient] = _Client("secretsmanager")
 
-    def __init__(self, *, endpoint_url: str | None = None, max_pool_connections: int = 10) -> None:
+    def __init__(
+        self,
+        *,
+        endpoint_url: str | None = None,
+        max_pool_connections: int = 10,
+        botocore_data: str | Path | None = None,
+    ) -> None:
         from botocore.config import Config
 
         self.endpoint_url = endpoint_url
+        self.botocore_data = None if botocore_data is None else Path(botocore_data)
         self.config = Config(
             max_pool_connections=max_pool_connections,
             retries={"mode": "standard", "max_attempts": 4},
             connect_timeout=5,
             read_timeout=30,
         )
+
+    @cached_property
+    def session(self) -> boto3.Session:
+        """The session every client comes from: the kit's own over the trimmed endpoint data
+        when :func:`usable_botocore_data` admits it, else boto3's default session."""
+        import boto3
+
+        data = usable_botocore_data(self.botocore_data)
+        if data is None:
+            if boto3.DEFAULT_SESSION is None:
+                boto3.setup_default_session()
+            return boto3.DEFAULT_SESSION or boto3.Session()  # set just above
+        import botocore.session
+
+        core = botocore.session.get_session()
+        core.set_config_variable("data_path", str(data))
+        return boto3.Session(botocore_session=core)
+
+
+#: The file of a trimmed data folder naming the botocore it was built from
+#: (``infra/botocore_data.py``).
+BOTOCORE_VERSION_FILE = "BOTOCORE_VERSION"
+
+
+def usable_botocore_data(folder: Path | None) -> Path | None:
+    """``folder`` when it holds trimmed endpoint data built from the running botocore's own
+    version, else None (no folder, no version file, or another botocore: its own data then)."""
+    if folder is None:
+        return None
+    import botocore
+
+    try:
+        built_from = (folder / BOTOCORE_VERSION_FILE).read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return folder if built_from == botocore.__version__ else None

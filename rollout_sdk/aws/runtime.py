@@ -139,6 +139,7 @@ class LambdaRuntime:
         clients = clients or AwsClients(
             endpoint_url=settings.aws.endpoint_url,
             max_pool_connections=max(10, settings.server.max_concurrent_rollouts),
+            botocore_data=settings.aws.botocore_data,
         )
         runtime = cls(agent_loop, settings=settings, clients=clients)
         runtime.init_seconds = init_duration(settings, measured=time.perf_counter() - started)

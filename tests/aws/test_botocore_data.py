@@ -1,0 +1,147 @@
+"""botocore's endpoint data cut to the kit's services (infra/botocore_data.py, built into the
+dependency layer) and the kit's clients that read it (rollout_sdk/aws/clients.py).
+
+The trimmed file keeps every partition as it was and, in each, only the kit's services, each
+entry unchanged; clients on it resolve every kit service in every partition exactly as on the
+full data; it is read only by the botocore it was built from, and only by the kit's own session
+(boto3's default session, an agent's, keeps all of botocore's data); a rollout runs on it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, get_args
+
+import boto3
+import botocore
+import pytest
+
+from rollout_sdk.aws.clients import BOTOCORE_VERSION_FILE, AwsClients, Service
+from rollout_sdk.local.invoke import invoke, load_event
+from rollout_sdk.testing.standin import TrainGateStandIn
+
+from .conftest import ROOT
+
+
+def _script(name: str) -> Any:
+    """A script of infra/ (a folder of scripts, not a package), imported from its file."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "infra" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+botocore_data = _script("botocore_data")
+
+pytestmark = pytest.mark.timeout(120)
+
+SOURCE = Path(botocore.__file__).resolve().parent
+#: Built once per test process, from this environment's botocore (so its version matches).
+TRIMMED = Path(tempfile.gettempdir()) / f"rollout-sdk-test-botocore-data-{os.getpid()}"
+#: One region of each partition the kit may be deployed in.
+REGIONS = ("us-east-1", "eu-central-1", "ap-southeast-2", "us-gov-west-1", "cn-north-1")
+
+
+@pytest.fixture(scope="module")
+def trimmed() -> Path:
+    botocore_data.build(SOURCE, TRIMMED, botocore_data.kit_services())
+    return TRIMMED
+
+
+def test_the_trimmed_data_keeps_each_partition_and_only_the_kits_services(trimmed: Path) -> None:
+    full = json.loads((SOURCE / "data" / "endpoints.json").read_text(encoding="utf-8"))
+    cut = json.loads((trimmed / "endpoints.json").read_text(encoding="utf-8"))
+    assert (trimmed / BOTOCORE_VERSION_FILE).read_text().strip() == botocore.__version__
+    assert set(botocore_data.kit_services()) == set(get_args(Service))
+    assert len(cut["partitions"]) == len(full["partitions"])
+    for whole, part in zip(full["partitions"], cut["partitions"], strict=True):
+        assert {k: v for k, v in part.items() if k != "services"} == {
+            k: v for k, v in whole.items() if k != "services"
+        }
+        assert set(part["services"]) == set(get_args(Service)) & set(whole["services"])
+        assert all(part["services"][name] == whole["services"][name] for name in part["services"])
+    assert (trimmed / "endpoints.json").stat().st_size < (
+        SOURCE / "data" / "endpoints.json"
+    ).stat().st_size / 10
+
+
+def test_a_service_botocore_does_not_know_is_refused_by_name() -> None:
+    full = json.loads((SOURCE / "data" / "endpoints.json").read_text(encoding="utf-8"))
+    with pytest.raises(KeyError, match="no service nosuchservice"):
+        botocore_data.trimmed(full, ("dynamodb", "nosuchservice"))
+
+
+def test_the_script_says_what_it_wrote(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert botocore_data.main([str(SOURCE), str(tmp_path / "out")]) == 0
+    assert f"botocore {botocore.__version__}: endpoints.json" in capsys.readouterr().out
+    assert botocore_data.main([str(tmp_path), str(tmp_path / "x")]) == 2  # no botocore there
+    assert "no botocore with its data here" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("region", REGIONS)
+def test_every_kit_service_resolves_as_on_the_full_data(
+    trimmed: Path, region: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_DEFAULT_REGION", region)
+    kit = AwsClients(botocore_data=trimmed)
+    loader = kit.session._session.get_component("data_loader")
+    assert loader.search_paths[0] == str(trimmed)
+    full = boto3.Session()  # a session of its own, on botocore's whole data
+    for service in get_args(Service):
+        ours, theirs = (
+            getattr(kit, "lambda_" if service == "lambda" else service),
+            full.client(service, config=kit.config),
+        )
+        assert ours.meta.endpoint_url == theirs.meta.endpoint_url, (service, region)
+        assert ours.meta.partition == theirs.meta.partition, (service, region)
+        assert ours.meta.region_name == theirs.meta.region_name == region
+        signer, full_signer = ours._request_signer, theirs._request_signer
+        assert (signer.signing_name, signer.region_name) == (
+            full_signer.signing_name,
+            full_signer.region_name,
+        ), (service, region)
+
+
+def test_only_the_botocore_it_was_built_from_reads_it(tmp_path: Path, trimmed: Path) -> None:
+    other = tmp_path / "other"
+    botocore_data.build(SOURCE, other, ("dynamodb",))
+    (other / BOTOCORE_VERSION_FILE).write_text("0.0.1\n")
+    for folder in (other, tmp_path / "missing", None):
+        clients = AwsClients(botocore_data=folder)
+        assert clients.session is boto3.DEFAULT_SESSION  # botocore's own data, as before
+    assert AwsClients(botocore_data=trimmed).session is not boto3.DEFAULT_SESSION
+
+
+def test_the_default_session_keeps_every_service(trimmed: Path) -> None:
+    kit = AwsClients(botocore_data=trimmed)
+    kit.session.client("dynamodb")
+    # An agent's own client of a service the kit does not call still finds its endpoint.
+    assert boto3.client("athena", region_name="eu-west-1").meta.endpoint_url == (
+        "https://athena.eu-west-1.amazonaws.com"
+    )
+
+
+@pytest.mark.parametrize(
+    "handler", [{"HAND_OFF": "direct", "ROLLOUT_SDK_BOTOCORE_DATA": str(TRIMMED)}], indirect=True
+)
+def test_a_rollout_runs_on_the_trimmed_data(
+    trimmed: Path, handler: Any, standin: tuple[TrainGateStandIn, str]
+) -> None:
+    traingate, url = standin
+    event = load_event(ROOT / "events" / "init.json")
+    body = json.loads(event["body"])
+    body.update(server_url=url, rollout_id="trimmed-data")
+    event["body"] = json.dumps(body)
+    accepted = invoke(handler, "ApiFunction", event, timeout_seconds=29)
+    assert accepted.result["statusCode"] == 202
+    ran = invoke(handler, "WorkerFunction", accepted.dispatched[0], timeout_seconds=900)
+    assert ran.result["state"] == "DELIVERED"
+    assert [r["status"] for r in traingate.completions["trimmed-data"]] == ["COMPLETED"]
+    session = handler.runtime.clients.session
+    assert session is not boto3.DEFAULT_SESSION
+    assert session._session.get_component("data_loader").search_paths[0] == str(trimmed)
