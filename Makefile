@@ -156,6 +156,11 @@ define dependency_layer
 		"$(LAYER_SITE)"/httpx/_main.py "$(LAYER_SITE)"/dotenv/cli.py \
 		"$(LAYER_SITE)"/aws_lambda_powertools/utilities/validation \
 		"$(LAYER_SITE)"/aws_lambda_powertools/utilities/data_masking
+	# Nor pydantic.v1, pydantic 1's API kept inside pydantic 2 (1 MB): FastAPI no longer takes
+	# its models and only imports it to check that a route's types are not among them (about
+	# 20 ms of the API function's cold start), a check it skips when the import fails. An agent
+	# that needs pydantic.v1 on Lambda deletes this line (docs/aws.md, "The dependency layer").
+	rm -rf "$(LAYER_SITE)"/pydantic/v1
 	# The TrainGate client sends through aiohttp (rollout_sdk/traingate/transport.py): not its server,
 	# test or gunicorn modules; nor httpcore and h11, which httpx imports only to build its own
 	# transport, which nothing on Lambda builds (bench/package.py imports the handler and runs an
@@ -211,12 +216,14 @@ template-check: $(SAM_VENV)/.installed
 	$(SAM_ENV) $(SAM_VENV)/bin/cfn-lint .aws-sam-transformed.json
 	@rm -f .aws-sam-transformed.json
 
-# Build the deployable artifacts (needs python$(LAMBDA_PYTHON) on PATH, e.g. PYENV_VERSION=3.13.0).
+# Build the deployable artifacts: the dependency layer once, then each function's code (needs
+# python$(LAMBDA_PYTHON) on PATH, e.g. PYENV_VERSION=3.13.0).
 build-lambda: $(SAM_VENV)/.installed
 	$(SAM_ENV) $(SAM) build --template template.yaml --build-in-source
 
-# The deployable artifact's size (boto3 is not in it: the runtime provides it) and an import
-# check with the runtime's Python. Needs python$(LAMBDA_PYTHON) on PATH (PYENV_VERSION=3.13.0).
+# Each function's size, its code plus its layers (boto3 is in neither: the runtime provides it),
+# and an import check with the runtime's Python. Needs python$(LAMBDA_PYTHON) on PATH
+# (PYENV_VERSION=3.13.0).
 package: $(STAMP) build-lambda
 	$(BIN)/python -m bench.package --build-dir .aws-sam/build --python python$(LAMBDA_PYTHON)
 

@@ -1,4 +1,4 @@
-"""Build botocore's endpoint data for the kit's own clients, trimmed to the services they call.
+"""Build botocore's data for the kit's own clients: the services they call, and nothing else.
 
 Run by the Makefile's build-DependenciesLayer, from the botocore the build installed (the
 version constraints.txt pins, the Lambda runtime's as the kit models it; the layer then drops
@@ -6,24 +6,30 @@ botocore itself, which the runtime provides):
 
     python infra/botocore_data.py LAYER/python/botocore LAYER/botocore-data
 
-botocore parses its ``endpoints.json`` (1.2 MB: every service in every partition) when a
-session builds its first client, to find each client's region and signing details; the kit's
-clients call six services (``rollout_sdk.aws.clients.Service``). The output is that file with
-each partition's ``services`` cut to those six, everything else (the partitions, their regions
-and defaults) as it was, plus ``BOTOCORE_VERSION`` naming the botocore it came from.
-:class:`rollout_sdk.aws.clients.AwsClients` puts the folder first on its own session's data path
-(never on the process's: an agent's own boto3 clients keep every service) only when the running
-botocore is that version, so a runtime with another botocore reads its own data.
+What botocore does with its whole data folder at a session's first clients, measured with
+Python 3.13: it parses ``endpoints.json`` (1.2 MB: every service in every partition, about
+20 ms) to find each client's region and signing details, and to find a service's model it lists
+every one of its 445 service folders, once per kind of file (the model, the endpoint rules:
+10 to 15 ms each). The output is a data folder of the kit's services alone
+(``rollout_sdk.aws.clients.Service``, and STS, which a session's credential providers may
+call): each one's folder as botocore ships it but for its documentation examples, botocore's
+top-level files (retries, partitions, defaults), ``endpoints.json`` with each partition's
+``services`` cut to those services (everything else in it as it was), and ``BOTOCORE_VERSION``
+naming the botocore it came from. :class:`rollout_sdk.aws.clients.AwsClients` gives its own
+session a loader of that folder alone (never the process's: an agent's own boto3 clients keep
+all of botocore's data) only when the running botocore is that version, so a runtime with
+another botocore reads its own data.
 
-Why by hand: botocore has no way to load part of its endpoint data (its loader reads a file
-whole), and a data path that shadows a file is its documented extension point
-(``AWS_DATA_PATH``, the session's ``data_path``).
+Why by hand: botocore reads a data file whole and lists every service folder it can see; a
+loader over another folder (botocore's ``Loader`` with its own search paths, registered as the
+session's ``data_loader``) is its documented extension point, and this script writes that folder.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, get_args
@@ -32,14 +38,20 @@ from typing import Any, get_args
 ENDPOINTS = "endpoints.json"
 #: The botocore version the data was built from.
 VERSION_FILE = "BOTOCORE_VERSION"
+#: What the kit's clients never read of a service's folder: documentation examples.
+LEFT_OUT = ("examples-1.json",)
+#: Called by botocore's own credential providers (assume-role profiles, web identity), never by
+#: the kit: kept so that a session on the folder resolves such credentials as any other.
+CREDENTIAL_SERVICES = ("sts",)
 
 
 def kit_services() -> tuple[str, ...]:
-    """The services the kit's clients call (one list: ``rollout_sdk.aws.clients.Service``)."""
+    """The services the kit's clients call (one list: ``rollout_sdk.aws.clients.Service``), and
+    :data:`CREDENTIAL_SERVICES`."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from rollout_sdk.aws.clients import Service
 
-    return tuple(get_args(Service))
+    return (*get_args(Service), *CREDENTIAL_SERVICES)
 
 
 def trimmed(endpoints: dict[str, Any], services: tuple[str, ...]) -> dict[str, Any]:
@@ -70,14 +82,26 @@ def botocore_version(botocore_dir: Path) -> str:
 
 
 def build(botocore_dir: Path, out: Path, services: tuple[str, ...]) -> tuple[int, int]:
-    """Write the trimmed data into ``out``; the endpoint file's bytes before and after."""
-    source = botocore_dir / "data" / ENDPOINTS
-    endpoints = json.loads(source.read_text(encoding="utf-8"))
-    out.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(trimmed(endpoints, services), separators=(",", ":"))
-    (out / ENDPOINTS).write_text(text, encoding="utf-8")
+    """Write the data folder of ``services`` into ``out`` (replacing one there); the bytes of
+    botocore's data folder and of the new one."""
+    data = botocore_dir / "data"
+    endpoints = json.loads((data / ENDPOINTS).read_text(encoding="utf-8"))
+    cut = trimmed(endpoints, services)  # KeyError before anything is written
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    for top in data.iterdir():
+        if top.is_file() and top.name != ENDPOINTS:
+            shutil.copy2(top, out / top.name)
+    (out / ENDPOINTS).write_text(json.dumps(cut, separators=(",", ":")), encoding="utf-8")
+    for service in services:
+        shutil.copytree(data / service, out / service, ignore=shutil.ignore_patterns(*LEFT_OUT))
     (out / VERSION_FILE).write_text(botocore_version(botocore_dir) + "\n", encoding="utf-8")
-    return source.stat().st_size, len(text)
+    return _bytes(data), _bytes(out)
+
+
+def _bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
 def main(argv: list[str]) -> int:
@@ -88,8 +112,12 @@ def main(argv: list[str]) -> int:
     if not (botocore_dir / "data" / ENDPOINTS).is_file():
         print(f"{botocore_dir}: no botocore with its data here", file=sys.stderr)
         return 2
-    before, after = build(botocore_dir, out, kit_services())
-    print(f"botocore {botocore_version(botocore_dir)}: {ENDPOINTS} {before:,} -> {after:,} bytes")
+    services = kit_services()
+    before, after = build(botocore_dir, out, services)
+    print(
+        f"botocore {botocore_version(botocore_dir)}: data of {', '.join(services)}: "
+        f"{after:,} bytes (botocore's whole data: {before:,})"
+    )
     return 0
 
 

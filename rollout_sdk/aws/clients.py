@@ -4,10 +4,12 @@ pay for that service's client at its cold start.
 
 With ``botocore_data`` (the template sets ``ROLLOUT_SDK_BOTOCORE_DATA`` to the dependency
 layer's ``/opt/botocore-data``, which ``infra/botocore_data.py`` builds), the clients share a
-session of their own whose data path puts that folder first: botocore's endpoint data cut to
-the services below, 44 KB instead of 1.2 MB to parse at the first client. Only when the running
-botocore is the version the folder was built from (its ``BOTOCORE_VERSION``); otherwise, and
-without it, the clients come from boto3's default session, as an agent's own clients do.
+session of their own whose loader reads that folder alone: botocore's data of the services
+below (and STS), its endpoint file cut to them, 44 KB instead of 1.2 MB to parse at the first
+client, and 7 service folders to list instead of 445 for each kind of model file. Only when
+the running botocore is the version the folder was built from (its ``BOTOCORE_VERSION``);
+otherwise, and without it, the clients come from boto3's default session, as an agent's own
+clients do (a client of another service cannot come from the kit's session).
 """
 
 from __future__ import annotations
@@ -107,9 +109,14 @@ class AwsClients:
                 boto3.setup_default_session()
             return boto3.DEFAULT_SESSION or boto3.Session()  # set just above
         import botocore.session
+        from botocore.loaders import Loader
 
         core = botocore.session.get_session()
-        core.set_config_variable("data_path", str(data))
+        # The folder alone: botocore's own data folder (every service) is not searched.
+        core.register_component(
+            "data_loader",
+            Loader(extra_search_paths=[str(data)], include_default_search_paths=False),
+        )
         return boto3.Session(botocore_session=core)
 
 

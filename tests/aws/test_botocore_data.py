@@ -1,10 +1,11 @@
-"""botocore's endpoint data cut to the kit's services (infra/botocore_data.py, built into the
-dependency layer) and the kit's clients that read it (rollout_sdk/aws/clients.py).
+"""botocore's data cut to the kit's services (infra/botocore_data.py, built into the dependency
+layer) and the kit's clients that read it alone (rollout_sdk/aws/clients.py).
 
-The trimmed file keeps every partition as it was and, in each, only the kit's services, each
-entry unchanged; clients on it resolve every kit service in every partition exactly as on the
-full data; it is read only by the botocore it was built from, and only by the kit's own session
-(boto3's default session, an agent's, keeps all of botocore's data); a rollout runs on it.
+The folder holds each kit service's files as botocore ships them (but the examples) and an
+endpoint file that keeps every partition as it was and, in each, only the kit's services;
+clients on it resolve every kit service in every partition exactly as on the full data; it is
+read only by the botocore it was built from, and only by the kit's own session (boto3's default
+session, an agent's, keeps all of botocore's data); a rollout runs on it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, get_args
 
 import boto3
 import botocore
+import botocore.exceptions
 import pytest
 
 from rollout_sdk.aws.clients import BOTOCORE_VERSION_FILE, AwsClients, Service
@@ -56,18 +58,36 @@ def trimmed() -> Path:
 def test_the_trimmed_data_keeps_each_partition_and_only_the_kits_services(trimmed: Path) -> None:
     full = json.loads((SOURCE / "data" / "endpoints.json").read_text(encoding="utf-8"))
     cut = json.loads((trimmed / "endpoints.json").read_text(encoding="utf-8"))
+    kept = set(get_args(Service)) | {"sts"}
     assert (trimmed / BOTOCORE_VERSION_FILE).read_text().strip() == botocore.__version__
-    assert set(botocore_data.kit_services()) == set(get_args(Service))
+    assert set(botocore_data.kit_services()) == kept
     assert len(cut["partitions"]) == len(full["partitions"])
     for whole, part in zip(full["partitions"], cut["partitions"], strict=True):
         assert {k: v for k, v in part.items() if k != "services"} == {
             k: v for k, v in whole.items() if k != "services"
         }
-        assert set(part["services"]) == set(get_args(Service)) & set(whole["services"])
+        assert set(part["services"]) == kept & set(whole["services"])
         assert all(part["services"][name] == whole["services"][name] for name in part["services"])
-    assert (trimmed / "endpoints.json").stat().st_size < (
-        SOURCE / "data" / "endpoints.json"
-    ).stat().st_size / 10
+    full_size = (SOURCE / "data" / "endpoints.json").stat().st_size
+    assert (trimmed / "endpoints.json").stat().st_size < full_size / 10
+
+
+def test_the_folder_holds_each_kit_service_as_botocore_ships_it_and_nothing_else(
+    trimmed: Path,
+) -> None:
+    folders = {p.name for p in trimmed.iterdir() if p.is_dir()}
+    assert folders == set(get_args(Service)) | {"sts"}
+    for service in folders:
+        ours = {p.relative_to(trimmed): p for p in (trimmed / service).rglob("*") if p.is_file()}
+        theirs = {
+            p.relative_to(SOURCE / "data"): p
+            for p in (SOURCE / "data" / service).rglob("*")
+            if p.is_file() and p.name != "examples-1.json"
+        }
+        assert ours.keys() == theirs.keys(), service
+        assert all(ours[k].read_bytes() == theirs[k].read_bytes() for k in ours), service
+    top = {p.name for p in (SOURCE / "data").iterdir() if p.is_file()}
+    assert {p.name for p in trimmed.iterdir() if p.is_file()} == top | {BOTOCORE_VERSION_FILE}
 
 
 def test_a_service_botocore_does_not_know_is_refused_by_name() -> None:
@@ -78,7 +98,7 @@ def test_a_service_botocore_does_not_know_is_refused_by_name() -> None:
 
 def test_the_script_says_what_it_wrote(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert botocore_data.main([str(SOURCE), str(tmp_path / "out")]) == 0
-    assert f"botocore {botocore.__version__}: endpoints.json" in capsys.readouterr().out
+    assert f"botocore {botocore.__version__}: data of dynamodb," in capsys.readouterr().out
     assert botocore_data.main([str(tmp_path), str(tmp_path / "x")]) == 2  # no botocore there
     assert "no botocore with its data here" in capsys.readouterr().err
 
@@ -90,7 +110,9 @@ def test_every_kit_service_resolves_as_on_the_full_data(
     monkeypatch.setenv("AWS_DEFAULT_REGION", region)
     kit = AwsClients(botocore_data=trimmed)
     loader = kit.session._session.get_component("data_loader")
-    assert loader.search_paths[0] == str(trimmed)
+    # The folder, then boto3's own (its resource models, a few files); not botocore's.
+    assert loader.search_paths == [str(trimmed), str(Path(boto3.__file__).parent / "data")]
+    assert loader.list_available_services("service-2") == sorted({*get_args(Service), "sts"})
     full = boto3.Session()  # a session of its own, on botocore's whole data
     for service in get_args(Service):
         ours, theirs = (
@@ -120,6 +142,8 @@ def test_only_the_botocore_it_was_built_from_reads_it(tmp_path: Path, trimmed: P
 def test_the_default_session_keeps_every_service(trimmed: Path) -> None:
     kit = AwsClients(botocore_data=trimmed)
     kit.session.client("dynamodb")
+    with pytest.raises(botocore.exceptions.UnknownServiceError):
+        kit.session.client("athena")  # the kit's session knows the kit's services only
     # An agent's own client of a service the kit does not call still finds its endpoint.
     assert boto3.client("athena", region_name="eu-west-1").meta.endpoint_url == (
         "https://athena.eu-west-1.amazonaws.com"
@@ -145,3 +169,4 @@ def test_a_rollout_runs_on_the_trimmed_data(
     session = handler.runtime.clients.session
     assert session is not boto3.DEFAULT_SESSION
     assert session._session.get_component("data_loader").search_paths[0] == str(trimmed)
+    assert str(SOURCE / "data") not in session._session.get_component("data_loader").search_paths
