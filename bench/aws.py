@@ -404,7 +404,7 @@ def mode_env(
     return fake_aws_env(env, base=base, clean=True)
 
 
-def _child(
+def cold_child(
     python: str, mode: str, env: dict[str, str], cwd: Path, event: Any | None, workdir: Path
 ) -> dict[str, Any]:
     """One fresh ``bench/coldchild.py`` process (``-S``: no site, so nothing but the path the
@@ -494,7 +494,7 @@ def cold_start(runs: int, python_name: str = "python3.13", *, build: bool = True
                 rollout_id = f"bench-cold-{mode}-{i}"
 
                 def run(kind: str, env: dict[str, str], event: Any | None) -> dict[str, Any]:
-                    return _child(python.executable, kind, env, code, event, workdir)  # noqa: B023
+                    return cold_child(python.executable, kind, env, code, event, workdir)  # noqa: B023
 
                 bare = run("bare", api_env, None)
                 api = run("api", api_env, init_event(rollout_id, url))
