@@ -15,7 +15,7 @@ by phase, service and operation. The first rollout of an environment also reads 
 found without PYENV_VERSION, and the real interpreter is run, not pyenv's shim) with the
 artifact of ``.aws-sam/build/ApiFunction`` (every function's code is the same folder) and the
 dependency layer every function carries, ``.aws-sam/build/DependenciesLayer``
-(:mod:`bench.artifact`). They are reused when fresh, else built with the Makefile's own recipes
+(:mod:`testkit.artifact`). They are reused when fresh, else built with the Makefile's own recipes
 (``make build-DependenciesLayer`` and ``build-ApiFunction`` with ``ARTIFACTS_DIR=...``, what
 ``sam build`` runs, without SAM, about a quarter of a minute; ``--no-build`` reports it as not
 measured instead): stale when the code lacks handler.py or its bytecode for that Python, the
@@ -63,10 +63,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.artifact import DEPENDENCIES_LAYER, LAYER_SITE, Artifact, make_artifact
 from bench.common import Figure, emit_result, median, parse_result
 from bench.throughput import standin_thread
 from testkit import REPO_ROOT
+from testkit.artifact import DEPENDENCIES_LAYER, LAYER_SITE, Artifact, make_artifact
 from testkit.aws import fake_aws_env
 from testkit.processes import DEFAULT_AGENT
 

@@ -26,8 +26,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from bench.artifact import DEPENDENCIES_LAYER, Artifact, make_artifact
 from bench.package import lambda_env, runtime_boto3, tree_bytes, zipped_bytes
+from testkit.artifact import DEPENDENCIES_LAYER, Artifact, make_artifact
 from testkit.imports import ImportProbe, probe_import
 
 ROOT = Path(__file__).resolve().parents[1]

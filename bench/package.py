@@ -1,7 +1,7 @@
 """`make package`: the size of each `sam build` artifact, and an import check with the runtime's
 Python, with boto3 beside it as the Lambda runtime provides it (boto3 is not in the artifact).
 
-A function's artifact is its own code plus the layers it carries (:mod:`bench.artifact`): the
+A function's artifact is its own code plus the layers it carries (:mod:`testkit.artifact`): the
 budget is theirs together, and the import checks run with the code and each layer's python/ on
 the path in Lambda's order. The dependencies are in the one DependenciesLayer: a function whose
 code folder holds anything but the kit's and the agent's code fails.
@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.artifact import Artifact, built_functions
+from testkit.artifact import Artifact, built_functions
 from testkit.aws import FAKE_AWS
 from testkit.imports import ImportProbe, probe_import
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from bench.artifact import CODE_ENTRIES, DEPENDENCIES_LAYER, Artifact, built_functions
+from testkit.artifact import CODE_ENTRIES, DEPENDENCIES_LAYER, Artifact, built_functions
 
 from .conftest import ROOT
 from .permissions import stack_named_by_ids as stack
