@@ -94,6 +94,10 @@ AGENT_SOURCES ?= examples
 MCP_FOLDER ?=
 ARCH ?= x86_64
 LAMBDA_PYTHON ?= 3.13
+# The botocore version of the Lambda runtime (its "runtime-included SDK versions", or the line a
+# deployed function logs when it differs): the kit's botocore data is built from it. Empty: the
+# version constraints.txt pins.
+LAMBDA_BOTOCORE ?=
 LAMBDA_PLATFORM = $(if $(filter arm64,$(ARCH)),manylinux2014_aarch64,manylinux2014_x86_64)
 SAM_VENV := .venv-sam
 SAM := $(SAM_VENV)/bin/sam
@@ -132,10 +136,13 @@ define dependency_layer
 		-c constraints.txt -r infra/requirements-lambda.txt -r requirements.txt \
 		$(if $(MCP_FOLDER),-r infra/requirements-mcp.txt)
 	rm -rf "$(LAYER_SITE)"/*.dist-info/RECORD "$(LAYER_SITE)/bin"
-	# botocore's endpoint data cut to the services the kit calls, from the botocore just
-	# installed (constraints.txt's, the runtime's as the kit models it), as /opt/botocore-data;
-	# the kit's clients read it only under that botocore version (rollout_sdk/aws/clients.py).
-	$(PYTHON) infra/botocore_data.py "$(LAYER_SITE)/botocore" "$(ARTIFACTS_DIR)/botocore-data"
+	# botocore's data of the services the kit calls, as /opt/botocore-data, from the botocore
+	# the Lambda runtime has: LAMBDA_BOTOCORE names its version (a deployed function logs it
+	# when the two differ), else the one just installed (constraints.txt's). The kit's clients
+	# read it only under that very version (rollout_sdk/aws/clients.py).
+	$(if $(LAMBDA_BOTOCORE),rm -rf "$(ARTIFACTS_DIR)/.botocore" && $(PYTHON) -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: --dest "$(ARTIFACTS_DIR)/.botocore" "botocore==$(LAMBDA_BOTOCORE)" && $(PYTHON) -m zipfile -e "$(ARTIFACTS_DIR)"/.botocore/botocore-*.whl "$(ARTIFACTS_DIR)/.botocore")
+	$(PYTHON) infra/botocore_data.py "$(if $(LAMBDA_BOTOCORE),$(ARTIFACTS_DIR)/.botocore,$(LAYER_SITE))/botocore" "$(ARTIFACTS_DIR)/botocore-data"
+	rm -rf "$(ARTIFACTS_DIR)/.botocore"
 	# aws-xray-sdk requires botocore, which brings urllib3, python-dateutil and six: the Lambda
 	# Python runtime provides all four (with boto3), so the layer does not ship them (22 MB).
 	rm -rf "$(LAYER_SITE)"/botocore "$(LAYER_SITE)"/botocore-*.dist-info \

@@ -14,6 +14,7 @@ clients do (a client of another service cannot come from the kit's session).
 
 from __future__ import annotations
 
+import logging
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_secretsmanager import SecretsManagerClient
     from mypy_boto3_sqs import SQSClient
+
+logger = logging.getLogger("rollout_sdk.aws.clients")
 
 C = TypeVar("C")
 #: The services the functions call.
@@ -103,7 +106,7 @@ class AwsClients:
         when :func:`usable_botocore_data` admits it, else boto3's default session."""
         import boto3
 
-        data = usable_botocore_data(self.botocore_data)
+        data = usable_botocore_data(self.botocore_data, say=True)
         if data is None:
             if boto3.DEFAULT_SESSION is None:
                 boto3.setup_default_session()
@@ -125,9 +128,11 @@ class AwsClients:
 BOTOCORE_VERSION_FILE = "BOTOCORE_VERSION"
 
 
-def usable_botocore_data(folder: Path | None) -> Path | None:
+def usable_botocore_data(folder: Path | None, *, say: bool = False) -> Path | None:
     """``folder`` when it holds trimmed endpoint data built from the running botocore's own
-    version, else None (no folder, no version file, or another botocore: its own data then)."""
+    version, else None (no folder, no version file, or another botocore: its own data then).
+    With ``say``, a folder that is there but not used is logged once, with the build variable
+    that makes it match (the runtime's botocore is the Lambda runtime's, not the kit's pin)."""
     if folder is None:
         return None
     import botocore
@@ -136,4 +141,16 @@ def usable_botocore_data(folder: Path | None) -> Path | None:
         built_from = (folder / BOTOCORE_VERSION_FILE).read_text(encoding="utf-8").strip()
     except OSError:
         return None
-    return folder if built_from == botocore.__version__ else None
+    if built_from == botocore.__version__:
+        return folder
+    if say:
+        logger.info(
+            "botocore data in %s is for botocore %s, and this runtime has botocore %s: the kit's "
+            "clients read botocore's own data (a slower cold start); build with "
+            'LAMBDA_BOTOCORE=%s (docs/aws.md, "The dependency layer")',
+            folder,
+            built_from,
+            botocore.__version__,
+            botocore.__version__,
+        )
+    return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -129,13 +130,21 @@ def test_every_kit_service_resolves_as_on_the_full_data(
         ), (service, region)
 
 
-def test_only_the_botocore_it_was_built_from_reads_it(tmp_path: Path, trimmed: Path) -> None:
+def test_only_the_botocore_it_was_built_from_reads_it(
+    tmp_path: Path, trimmed: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="rollout_sdk.aws.clients")
     other = tmp_path / "other"
     botocore_data.build(SOURCE, other, ("dynamodb",))
     (other / BOTOCORE_VERSION_FILE).write_text("0.0.1\n")
     for folder in (other, tmp_path / "missing", None):
         clients = AwsClients(botocore_data=folder)
         assert clients.session is boto3.DEFAULT_SESSION  # botocore's own data, as before
+    # The one that is there but for another botocore says so, and how to build it to match.
+    said = [r.getMessage() for r in caplog.records if r.name == "rollout_sdk.aws.clients"]
+    assert len(said) == 1, said
+    assert f"is for botocore 0.0.1, and this runtime has botocore {botocore.__version__}" in said[0]
+    assert f"build with LAMBDA_BOTOCORE={botocore.__version__}" in said[0]
     assert AwsClients(botocore_data=trimmed).session is not boto3.DEFAULT_SESSION
 
 

@@ -198,6 +198,12 @@ def test_the_makefile_builds_the_dependencies_into_the_layer_and_only_code_per_f
     assert "requirements-lambda.txt" in layer and "-r requirements.txt" in layer
     assert "compileall" in layer and "requirements-mcp.txt" not in layer
     assert "requirements-mcp.txt" in recipe("build-DependenciesLayer", MCP_FOLDER="examples/m")
+    # botocore's data: from the botocore the install brought, or from the runtime's version.
+    assert 'botocore_data.py "/build/X/python/botocore" "/build/X/botocore-data"' in layer
+    assert "pip download" not in layer
+    pinned = recipe("build-DependenciesLayer", LAMBDA_BOTOCORE="1.40.0")
+    assert '"botocore==1.40.0"' in pinned and "pip download" in pinned
+    assert 'botocore_data.py "/build/X/.botocore/botocore" "/build/X/botocore-data"' in pinned
     for function in ("Api", "Worker", "WorkerFailure", "Redrive", "QueueWorker", "DeadLetter"):
         code = recipe(f"build-{function}Function")
         assert "pip install" not in code, function
