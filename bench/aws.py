@@ -437,14 +437,51 @@ def cold_child(
     return out
 
 
+def entry_variables(template: dict[str, Any], resources: Any) -> dict[str, dict[str, str]]:
+    """The API's and the worker's variables as the template sets them against ``resources``,
+    with ``_HANDLER`` as Lambda sets it (handler.py imports that entry point's module at once)."""
+    from rollout_sdk.local.invoke import function_environment
+    from rollout_sdk.testing.standin import LOOPBACK_TRAINGATE
+
+    return {
+        kind: {
+            **function_environment(template, logical, resources, LOOPBACK_TRAINGATE),
+            "_HANDLER": f"handler.{kind}",
+        }
+        for kind, logical in (("api", "ApiFunction"), ("worker", "WorkerFunction"))
+    }
+
+
+def cold_round(
+    python: str,
+    envs: dict[str, dict[str, str]],
+    code: Path,
+    workdir: Path,
+    standin: Any,
+    url: str,
+    rollout_id: str,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """One round's three children: the bare import, the API's init of ``rollout_id`` to its
+    202, and the worker on the event it dispatched (``{"error": "no worker event"}`` when it
+    dispatched none), its first chat call as the stand-in stamped it (``first_chat_ms``)."""
+    bare = cold_child(python, "bare", envs["api"], code, None, workdir)
+    api = cold_child(python, "api", envs["api"], code, init_event(rollout_id, url), workdir)
+    dispatched = api.get("dispatched") or []
+    worker: dict[str, Any] = {"mode": "worker", "error": "no worker event"}
+    if api.get("status") == 202 and len(dispatched) == 1:
+        worker = cold_child(python, "worker", envs["worker"], code, dispatched[0], workdir)
+    chats = standin.calls_for("chat", rollout_id)
+    if chats and "spawned" in worker:
+        worker["first_chat_ms"] = (min(call.arrived for call in chats) - worker["spawned"]) * 1000
+    return bare, api, worker
+
+
 def cold_start(runs: int, python_name: str = "python3.13", *, build: bool = True) -> dict[str, Any]:
     """``runs`` rounds (after one warm-up round) of the bare import, the API's first 202 and the
     worker's first chat call, each in the three :data:`COLD_MODES`, on ``python_name`` with the
     Lambda artifact. ``not_measured`` says why nothing was."""
     from bench.package import runtime_boto3
     from rollout_sdk.local.emulator import EmbeddedMoto, load_template
-    from rollout_sdk.local.invoke import function_environment
-    from rollout_sdk.testing.standin import LOOPBACK_TRAINGATE
 
     python = resolve_python(python_name)
     if isinstance(python, str):
@@ -475,41 +512,20 @@ def cold_start(runs: int, python_name: str = "python3.13", *, build: bool = True
         workdir = Path(tmp)
         folders = mode_folders(lambda_artifact(), boto3_dir, workdir)
         resources = provision_stack(moto.endpoint_url, "bench-cold")
-        # _HANDLER as Lambda sets it (handler.py imports that entry point's module at once).
-        api_vars = {
-            **function_environment(template, "ApiFunction", resources, LOOPBACK_TRAINGATE),
-            "_HANDLER": "handler.api",
-        }
-        worker_vars = {
-            **function_environment(template, "WorkerFunction", resources, LOOPBACK_TRAINGATE),
-            "_HANDLER": "handler.worker",
-        }
+        variables = entry_variables(template, resources)
         modes = list(COLD_MODES)
         for i in range(runs + 1):
             for mode in modes[i % len(modes) :] + modes[: i % len(modes)]:
                 copy, boto3 = folders[mode]
-                code = copy.code
-                api_env = mode_env(mode, api_vars, copy, boto3)
-                worker_env = mode_env(mode, worker_vars, copy, boto3)
+                envs = {kind: mode_env(mode, v, copy, boto3) for kind, v in variables.items()}
                 rollout_id = f"bench-cold-{mode}-{i}"
-
-                def run(kind: str, env: dict[str, str], event: Any | None) -> dict[str, Any]:
-                    return cold_child(python.executable, kind, env, code, event, workdir)  # noqa: B023
-
-                bare = run("bare", api_env, None)
-                api = run("api", api_env, init_event(rollout_id, url))
-                dispatched = api.get("dispatched") or []
-                worker: dict[str, Any] = {"mode": "worker", "error": "no worker event"}
-                if api.get("status") != 202 or len(dispatched) != 1:
+                bare, api, worker = cold_round(
+                    python.executable, envs, copy.code, workdir, standin, url, rollout_id
+                )
+                if api.get("status") != 202 or len(api.get("dispatched") or []) != 1:
                     failures.append(f"{mode} round {i}: api {api.get('status')}")
-                else:
-                    worker = run("worker", worker_env, dispatched[0])
-                    if (worker.get("result") or {}).get("state") != "DELIVERED":
-                        failures.append(f"{mode} round {i}: worker {worker.get('result')}")
-                chats = standin.calls_for("chat", rollout_id)
-                if chats and "spawned" in worker:
-                    first = min(call.arrived for call in chats)
-                    worker["first_chat_ms"] = (first - worker["spawned"]) * 1000
+                elif (worker.get("result") or {}).get("state") != "DELIVERED":
+                    failures.append(f"{mode} round {i}: worker {worker.get('result')}")
                 for child in (bare, api, worker):
                     network += child.get("network_attempts") or []
                     if "error" in child and child["error"] != "no worker event":

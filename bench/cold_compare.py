@@ -22,7 +22,6 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from bench import aws
 
@@ -47,8 +46,6 @@ def compare(rounds: int, variants: dict[str, dict[str, str]]) -> dict[str, dict[
     from bench.package import runtime_boto3
     from bench.throughput import standin_thread
     from rollout_sdk.local.emulator import EmbeddedMoto, load_template
-    from rollout_sdk.local.invoke import function_environment
-    from rollout_sdk.testing.standin import LOOPBACK_TRAINGATE
 
     python = aws.resolve_python("python3.13")
     if isinstance(python, str):
@@ -68,13 +65,7 @@ def compare(rounds: int, variants: dict[str, dict[str, str]]) -> dict[str, dict[
         workdir = Path(tmp)
         artifact, boto3 = aws.mode_folders(aws.lambda_artifact(), boto3_dir, workdir)["lambda"]
         resources = aws.provision_stack(moto.endpoint_url, "bench-cold-compare")
-        function_vars = {
-            kind: {
-                **function_environment(template, logical, resources, LOOPBACK_TRAINGATE),
-                "_HANDLER": f"handler.{kind}",
-            }
-            for kind, logical in (("api", "ApiFunction"), ("worker", "WorkerFunction"))
-        }
+        function_vars = aws.entry_variables(template, resources)
         site = str(artifact.layers[0] / "python")
         for i in range(rounds + 1):
             for name, variables in variants.items():
@@ -85,29 +76,26 @@ def compare(rounds: int, variants: dict[str, dict[str, str]]) -> dict[str, dict[
                     if "LAYER" in variables:
                         env["PYTHONPATH"] = env["PYTHONPATH"].replace(site, variables["LAYER"])
                     envs[kind] = env
-                rollout_id = f"cold-compare-{name}-{i}"
-
-                def child(kind: str, env: dict[str, str], event: Any) -> dict[str, Any]:
-                    out = aws.cold_child(
-                        python.executable, kind, env, artifact.code, event, workdir
-                    )
+                bare, api, worker = aws.cold_round(
+                    python.executable,
+                    envs,
+                    artifact.code,
+                    workdir,
+                    standin,
+                    url,
+                    f"cold-compare-{name}-{i}",
+                )
+                for out in (bare, api, worker):
                     if "error" in out:
-                        raise SystemExit(f"{name} round {i}: {kind}: {out['error']}")  # noqa: B023
-                    return out
-
-                bare = child("bare", envs["api"], None)
-                api = child("api", envs["api"], aws.init_event(rollout_id, url))
-                worker = child("worker", envs["worker"], (api.get("dispatched") or [None])[0])
-                chats = standin.calls_for("chat", rollout_id)
-                if not chats:
+                        raise SystemExit(f"{name} round {i}: {out['mode']}: {out['error']}")
+                if "first_chat_ms" not in worker:
                     raise SystemExit(f"{name} round {i}: the worker made no chat call")
                 if i == 0:  # warms the OS's file cache
                     continue
-                first_chat = (min(c.arrived for c in chats) - worker["spawned"]) * 1000
                 row = figures[name]
                 row["bare"].append(bare["imported_ms"])
                 row["api"].append(api["first_202_ms"])
-                row["worker"].append(first_chat)
+                row["worker"].append(worker["first_chat_ms"])
                 for kind, out in (("bare", bare), ("api", api), ("worker", worker)):
                     row[f"{kind}_cpu"].append(out["cpu_ms"])
     return figures
