@@ -34,10 +34,13 @@ import sys
 from pathlib import Path
 from typing import Any, get_args
 
+# The kit's list of services and the name of the version file its clients read: one source.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from rollout_sdk.aws.clients import BOTOCORE_VERSION_FILE as VERSION_FILE
+from rollout_sdk.aws.clients import Service
+
 #: The trimmed file, as botocore's loader finds it on a data path.
 ENDPOINTS = "endpoints.json"
-#: The botocore version the data was built from.
-VERSION_FILE = "BOTOCORE_VERSION"
 #: What the kit's clients never read of a service's folder: documentation examples.
 LEFT_OUT = ("examples-1.json",)
 #: Called by botocore's own credential providers (assume-role profiles, web identity), never by
@@ -48,9 +51,6 @@ CREDENTIAL_SERVICES = ("sts",)
 def kit_services() -> tuple[str, ...]:
     """The services the kit's clients call (one list: ``rollout_sdk.aws.clients.Service``), and
     :data:`CREDENTIAL_SERVICES`."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from rollout_sdk.aws.clients import Service
-
     return (*get_args(Service), *CREDENTIAL_SERVICES)
 
 
