@@ -71,6 +71,9 @@ def entry_point(function: LambdaFunction) -> Handler:
 api = entry_point(LambdaFunction.API)
 #: Worker function: run one rollout and call TrainGate back.
 worker = entry_point(LambdaFunction.WORKER)
+#: Durable worker function (DurableWorker=true): one rollout as a durable execution, across
+#: as many invocations as it needs.
+durable_worker = entry_point(LambdaFunction.DURABLE_WORKER)
 #: The worker's on-failure destination: report the rollout once.
 worker_failed = entry_point(LambdaFunction.WORKER_FAILED)
 #: Scheduled: send undelivered final responses again.

@@ -81,6 +81,10 @@ class FailureCategory(StrEnum):
     OUTBOUND_REFUSED = "outbound_refused"
     #: An answer from TrainGate was larger than ``ROLLOUT_SDK_MAX_ANSWER_BYTES``.
     ANSWER_TOO_LARGE = "answer_too_large"
+    #: On the durable worker, a replay asked for a different chat call or step than the one
+    #: recorded at that position (the agent's code is not deterministic outside its steps, or
+    #: changed under an execution in flight): nothing of the diverging turn reached TrainGate.
+    REPLAY_DIVERGED = "replay_diverged"
 
     @property
     def retryable(self) -> bool:
@@ -179,6 +183,35 @@ class RolloutCancelled(OsmosisRolloutError):
     """Raised inside ``ctx.chat`` when the rollout was cancelled; the worker reports it."""
 
     category = FailureCategory.CANCELLED
+
+
+class RolloutDeadlineReached(OsmosisTimeoutError):
+    """Raised inside ``ctx.chat`` (or ``ctx.step``) on the durable worker when the rollout's
+    deadline, which spans invocations, has passed: the worker reports it, with the
+    conversation so far, whatever the agent does with it."""
+
+    category = FailureCategory.TIMEOUT
+    ends_rollout = True
+
+
+class ReplayDiverged(OsmosisRolloutError):
+    """A replay of a durable rollout asked for another chat call or step than the one recorded
+    at the same position; the rollout ends ERROR (``replay_diverged``)."""
+
+    category = FailureCategory.REPLAY_DIVERGED
+    ends_rollout = True
+
+
+class ReplayedError(OsmosisRolloutError):
+    """On the durable worker, an exception that is not one of the kit's, raised by a recorded
+    step's work, as the journal rebuilt it (in the run that recorded it as in every replay):
+    its message is the original's, ``type_name`` the original class's qualified name."""
+
+    category = FailureCategory.AGENT_ERROR
+
+    def __init__(self, message: str, type_name: str) -> None:
+        super().__init__(message)
+        self.type_name = type_name
 
 
 class ToolExecutionError(OsmosisRolloutError):

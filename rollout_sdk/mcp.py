@@ -32,6 +32,7 @@ import types
 import warnings
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -325,6 +326,10 @@ class MCPAgentLoop(RolloutAgentLoop):
             raise ToolError(f"Error calling tool {name!r}: {exc}") from exc
         return _tool_value(result)
 
+    async def _tool_content(self, name: str, arguments: dict[str, Any]) -> str:
+        # One tool call's message content: what the durable worker records (a step per call).
+        return serialize_tool_result(await self.call_tool(name, arguments))
+
     async def run(self, ctx: RolloutContext) -> RolloutResult:
         messages = list(ctx.request.messages)
         for _ in range(ctx.request.max_turns):
@@ -336,8 +341,10 @@ class MCPAgentLoop(RolloutAgentLoop):
                 started = time.perf_counter()
                 try:
                     call_id, name, arguments = get_tool_call_info(call)
-                    value = await self.call_tool(name, arguments)
-                    messages.append(create_tool_result(call_id, serialize_tool_result(value)))
+                    content = await ctx.step(
+                        f"tool:{name}", partial(self._tool_content, name, arguments)
+                    )
+                    messages.append(create_tool_result(call_id, content))
                 except Exception as exc:
                     call_id = str(call.get("id") or "unknown")
                     logger.warning("tool call %s failed: %s", call_id, exc)

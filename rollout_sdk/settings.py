@@ -196,6 +196,9 @@ class LambdaSettings(BaseSettings):
     #: "direct": one asynchronous worker invocation per rollout; "queue": an SQS queue whose
     #: batches one worker invocation runs together.
     hand_off: Literal["direct", "queue"] = Field("direct", validation_alias="HAND_OFF")
+    #: The template's DurableWorker: rollouts run on the durable worker function, one durable
+    #: execution each, across as many invocations as they need (rollout_sdk/aws/durable.py).
+    durable_worker: bool = Field(False, validation_alias="DURABLE_WORKER")
     queue_url: str | None = Field(None, validation_alias="QUEUE_URL")
     callback_key_kms_key_id: str | None = Field(None, validation_alias="CALLBACK_KEY_KMS_KEY_ID")
     worker_timeout_seconds: float = Field(

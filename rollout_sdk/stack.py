@@ -1,4 +1,4 @@
-"""The stack's six Lambda functions, each named once: what every part of the kit calls it.
+"""The stack's Lambda functions, each named once: what every part of the kit calls it.
 
 A leaf: the Lambda side (``handler.py``, :mod:`rollout_sdk.aws`) and the tools that drive the
 template locally (``rollout-sdk invoke``) read it. The template's logical id, ``handler.py``'s
@@ -39,11 +39,20 @@ class FunctionNames:
 
 
 class LambdaFunction(Enum):
-    """The six functions of ``template.yaml``."""
+    """The functions of ``template.yaml`` (the durable worker only with DurableWorker=true)."""
 
     API = FunctionNames("ApiFunction", "api", "api", "api", "api", "api")
     WORKER = FunctionNames(
         "WorkerFunction", "worker", "worker", "worker", "worker", "worker", "direct"
+    )
+    DURABLE_WORKER = FunctionNames(
+        "DurableWorkerFunction",
+        "durable_worker",
+        "durable",
+        "durable_worker",
+        "durable-worker",
+        "durable-worker",
+        "direct",
     )
     WORKER_FAILED = FunctionNames(
         "WorkerFailureFunction",

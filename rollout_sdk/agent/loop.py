@@ -12,8 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
+from rollout_sdk.agent.journal import run_work
 from rollout_sdk.agent.tools import get_message_content, parse_tool_calls
-from rollout_sdk.errors import RolloutCancelled, RolloutError
+from rollout_sdk.errors import (
+    ReplayDiverged,
+    RolloutCancelled,
+    RolloutDeadlineReached,
+    RolloutError,
+)
 from rollout_sdk.protocol import (
     CompletionsResponse,
     Message,
@@ -25,7 +31,9 @@ from rollout_sdk.protocol import (
 
 if TYPE_CHECKING:
     import asyncio
+    from collections.abc import Callable
 
+    from rollout_sdk.agent.journal import Journal
     from rollout_sdk.traingate.client import TrainGateClient
 
 logger = logging.getLogger(__name__)
@@ -70,6 +78,11 @@ class CompletionsResult:
         return None if content is None else get_message_content(self.message)
 
 
+#: What a journal raises instead of asking (the rollout was cancelled, its deadline passed, a
+#: replay diverged): not counted as a chat call.
+_NOT_ASKED = (RolloutCancelled, RolloutDeadlineReached, ReplayDiverged)
+
+
 class RolloutLLMClient:
     """Chat calls of one rollout, through the process's shared TrainGate client; fills metrics."""
 
@@ -81,8 +94,12 @@ class RolloutLLMClient:
         rollout_id: str,
         api_key: str | None,
         metrics: RolloutMetrics | None = None,
+        journal: Journal | None = None,
     ) -> None:
         self._client = client
+        #: The durable worker's record of the rollout (None on a plain worker): each chat call
+        #: goes through it (rollout_sdk.agent.journal).
+        self.journal = journal
         self.server_url = server_url
         self.rollout_id = rollout_id
         self._api_key = api_key
@@ -120,18 +137,28 @@ class RolloutLLMClient:
         self, messages: list[Message], /, **params: Any
     ) -> CompletionsResult:
         """Send the full conversation; return the next assistant turn."""
+        body = self.build_request(messages, **params)
         started = time.perf_counter()
+        recorded_ms: float | None = None
+        asked = True
         try:
-            response = await self._client.chat(
-                self.server_url, self.build_request(messages, **params), api_key=self._api_key
-            )
+            if self.journal is None:
+                response = await self._client.chat(self.server_url, body, api_key=self._api_key)
+            else:
+                response, recorded_ms = await self.journal.chat(
+                    body, lambda: self._client.chat(self.server_url, body, api_key=self._api_key)
+                )
         except RolloutError as exc:
+            # Raised by the journal before anything was asked: not a call.
+            asked = not isinstance(exc, _NOT_ASKED)
             if exc.ends_rollout and self.ended_by is None:
                 self.ended_by = exc
             raise
         finally:
-            self.metrics.llm_latency_ms += (time.perf_counter() - started) * 1000
-            self.metrics.num_llm_calls += 1
+            if asked:
+                elapsed = (time.perf_counter() - started) * 1000
+                self.metrics.llm_latency_ms += elapsed if recorded_ms is None else recorded_ms
+                self.metrics.num_llm_calls += 1
         return self._record(response)
 
     def get_metrics(self) -> RolloutMetrics:
@@ -193,6 +220,7 @@ class RolloutContext:
         *,
         debug_dir: str | Path | None = None,
         cancelled: asyncio.Event | None = None,
+        journal: Journal | None = None,
         _debug_dir: str | Path | None = None,
         _start_time: float | None = None,
     ) -> None:
@@ -204,6 +232,9 @@ class RolloutContext:
         self.llm = llm
         self._debug_dir = Path(debug_dir) if debug_dir else None
         self._cancelled = cancelled
+        #: The durable worker's record of the rollout (None on a plain worker): ``step`` goes
+        #: through it, and it decides whether a cancelled rollout starts another turn.
+        self.journal = journal
         self._started = _start_time if _start_time is not None else time.perf_counter()
         self._tool_counts = RolloutMetrics()  # used when ``llm`` keeps no metrics of its own
         #: The conversation as of the last completed turn (what a deadline reports).
@@ -246,11 +277,30 @@ class RolloutContext:
             if "messages" not in kwargs:
                 raise TypeError("chat() needs the conversation: ctx.chat(messages, **params)")
             messages = kwargs.pop("messages")
-        if self._cancelled is not None and self._cancelled.is_set():
+        if self.journal is None and self._cancelled is not None and self._cancelled.is_set():
+            # (A journal decides this itself: a replayed turn is returned even when the
+            # rollout was cancelled since, and only a new one is refused.)
             raise RolloutCancelled("rollout cancelled")
         result = await self.llm.chat_completions(messages, **kwargs)
         self.last_messages = [*messages, result.message]
         return result
+
+    async def step(self, name: str, work: Callable[[], Any], /) -> Any:
+        """Run ``work`` (a function, sync or async, taking no arguments) and return its result.
+
+        On the plain worker it just runs. On the durable worker it is a checkpoint: its result
+        (which must be JSON-serializable) is recorded, and a replay returns the recorded result
+        without running ``work`` again; an exception it raised is raised again. Put here any
+        work whose result can change from one run to the next (a clock, a random number, a
+        request, a tool with effects): docs/aws.md, "Rollouts longer than 15 minutes".
+        ``name`` names the step in the execution's history (the same name at the same
+        position on every replay).
+        """
+        if not isinstance(name, str) or not name:
+            raise TypeError("step() needs a name: ctx.step('fetch-page', work)")
+        if self.journal is None:
+            return await run_work(work)
+        return await self.journal.step(name, work)
 
     def complete(
         self,

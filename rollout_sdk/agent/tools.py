@@ -92,13 +92,25 @@ async def execute_tool_calls(
 ) -> list[T]:
     """Run ``executor`` on every call concurrently; results come back in the calls' order.
 
-    An exception from any executor propagates.
+    An exception from any executor propagates. On the durable worker the whole batch is one
+    step (``tools``): its results (JSON-serializable there, as tool messages are) are recorded,
+    and a replay returns them without running the calls again.
     """
     # Imported here: an agent's import need not pay for asyncio (about 35 ms), and by the time a
     # coroutine runs its event loop has loaded it.
     import asyncio
 
-    return list(await asyncio.gather(*(executor(call) for call in tool_calls)))
+    from rollout_sdk.agent.journal import current_journal
+
+    async def run_all() -> list[T]:
+        return list(await asyncio.gather(*(executor(call) for call in tool_calls)))
+
+    journal = current_journal.get()
+    if journal is None:
+        return await run_all()
+    # One step for the batch: its calls run concurrently, so they cannot be steps of their own
+    # (a replay must meet the steps in the order they were recorded).
+    return list(await journal.step("tools", run_all))
 
 
 def parse_tool_calls(assistant_message: Message | None) -> list[dict[str, Any]]:

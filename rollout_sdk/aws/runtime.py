@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from rollout_sdk.agent.loop import RolloutAgentLoop
+    from rollout_sdk.aws.durable import DurableWorker
     from rollout_sdk.aws.metering import Costs
     from rollout_sdk.aws.telemetry import EmfTelemetry
     from rollout_sdk.cost.usage import CostEstimate
@@ -80,18 +81,45 @@ def required_variables(aws: LambdaSettings) -> tuple[str, str]:
     return str(aws.agent_loop), str(aws.table_name)
 
 
+#: The longest rollout the durable worker runs (``RequestTimeoutSeconds`` with
+#: ``DurableWorker=true``): a day. The record's lifetime, the idempotency slot's and the
+#: execution's own timeout follow from it; a day of turns stays far inside an execution's
+#: 25,000 operations (two a turn, and one per invocation) and its history's retention.
+DURABLE_MAX_REQUEST_TIMEOUT_SECONDS = 86_400
+#: The durable worker function's ``DurableConfig.ExecutionTimeout`` (template.yaml): the
+#: longest rollout plus an hour for the replays, the suspensions between invocations and the
+#: final report.
+DURABLE_EXECUTION_TIMEOUT_SECONDS = DURABLE_MAX_REQUEST_TIMEOUT_SECONDS + 3_600
+
+
 def check_deadlines(settings: RolloutSettings) -> None:
-    """Refuse a rollout deadline the worker function cannot honour."""
+    """Refuse a rollout deadline the worker function cannot honour, and the durable worker
+    beside the rollout queue."""
     aws = settings.aws
-    budget = aws.worker_timeout_seconds - aws.deadline_margin_seconds
     requested = settings.server.request_timeout_seconds
+    if aws.durable_worker:
+        if aws.hand_off == "queue":
+            raise ConfigurationError(
+                "DURABLE_WORKER is true but HAND_OFF is queue: the durable worker runs one "
+                "rollout per execution, started by an invoke; set HandOff=direct, or "
+                "DurableWorker=false to keep the queue"
+            )
+        if requested > DURABLE_MAX_REQUEST_TIMEOUT_SECONDS:
+            raise ConfigurationError(
+                f"OSMOSIS_ROLLOUT_SERVER_REQUEST_TIMEOUT_SECONDS is {requested:g} s, but the "
+                f"durable worker runs a rollout for at most {DURABLE_MAX_REQUEST_TIMEOUT_SECONDS}"
+                " s (a day): lower RequestTimeoutSeconds"
+            )
+        return
+    budget = aws.worker_timeout_seconds - aws.deadline_margin_seconds
     if requested > budget:
         raise ConfigurationError(
             f"OSMOSIS_ROLLOUT_SERVER_REQUEST_TIMEOUT_SECONDS is {requested:g} s, but the worker "
             f"function times out after {aws.worker_timeout_seconds:g} s "
             f"(WorkerTimeout) and keeps {aws.deadline_margin_seconds:g} s "
             f"(DEADLINE_MARGIN_SECONDS) to report: at most {budget:g} s fits. Lower the request "
-            "timeout, or see docs/aws.md for rollouts longer than 15 minutes."
+            "timeout, or turn on the durable worker (DurableWorker=true) for rollouts longer "
+            'than one invocation: docs/aws.md, "Rollouts longer than 15 minutes".'
         )
 
 
@@ -108,6 +136,7 @@ class LambdaRuntime:
         *,
         settings: RolloutSettings,
         clients: AwsClients,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         _, self.table_name = required_variables(settings.aws)
         check_deadlines(settings)
@@ -115,6 +144,8 @@ class LambdaRuntime:
         self.settings = settings
         self.aws = settings.aws
         self.clients = clients
+        #: The engine's clock (the seam tests give simulated time through).
+        self.clock = clock
         #: The cold start's init duration, charged to the environment's first invocation's
         #: rollouts (set by from_environment, which measures it).
         self.init_seconds = 0.0
@@ -276,6 +307,7 @@ class LambdaRuntime:
             telemetry=self.telemetry,
             costs=MeteredLedger(),
             hand_off=self._hand_off,
+            clock=self.clock,
         )
 
     async def _hand_off(self, job: Job) -> None:
@@ -288,6 +320,14 @@ class LambdaRuntime:
     def worker(self) -> RolloutWorker:
         """The engine's worker (the worker and queue functions run it)."""
         return self.engine.require_worker()
+
+    @cached_property
+    def durable(self) -> DurableWorker:
+        """The durable worker (its function runs it): the engine's worker, each rollout one
+        durable execution across invocations."""
+        from rollout_sdk.aws.durable import DurableWorker
+
+        return DurableWorker(self)
 
     @cached_property
     def settlement(self) -> Settlement:
@@ -320,7 +360,8 @@ class LambdaRuntime:
 
     @cached_property
     def dispatcher(self) -> Dispatcher:
-        """The hand-off the template chose: an asynchronous invoke, or the rollout queue, each
+        """The hand-off the template chose: an asynchronous invoke (of the durable worker, as
+        an execution named after the rollout, with DurableWorker), or the rollout queue, each
         carrying the API function's part of the rollout's cost in the job."""
         from rollout_sdk.cost.meter import carried
 
@@ -339,11 +380,21 @@ class LambdaRuntime:
             return SqsDispatcher(
                 self.aws.queue_url, client=self.clients.sqs, vault=self.vault, cost_share=carried
             )
-        from rollout_sdk.dispatch.aws_lambda import LambdaDispatcher
+        from rollout_sdk.dispatch.aws_lambda import DurableLambdaDispatcher, LambdaDispatcher
 
         function = self.aws.worker_function_name
         if not function:
             raise ConfigurationError("WORKER_FUNCTION_NAME is not set (template.yaml sets it)")
+        if self.aws.durable_worker:
+            if self.vault is None:
+                # The execution's input stays in its history, readable for the retention period.
+                raise ConfigurationError(
+                    "DURABLE_WORKER is true but CALLBACK_KEY_KMS_KEY_ID is not set: the durable "
+                    "execution's input carries the callback key sealed with that KMS key"
+                )
+            return DurableLambdaDispatcher(
+                function, client=self.clients.lambda_, vault=self.vault, cost_share=carried
+            )
         return LambdaDispatcher(function, client=self.clients.lambda_, cost_share=carried)
 
     @cached_property

@@ -25,7 +25,7 @@ from rollout_sdk.telemetry import (
 
 if TYPE_CHECKING:
     from rollout_sdk.dispatch.base import Job
-    from rollout_sdk.dispatch.sqs import QueuedJob
+    from rollout_sdk.dispatch.sealed import QueuedJob
     from rollout_sdk.settings import RolloutSettings
     from rollout_sdk.store.base import Store
 

@@ -23,6 +23,7 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rollout_sdk.agent.journal import current_journal
 from rollout_sdk.agent.loop import (
     RolloutAgentLoop,
     RolloutContext,
@@ -49,6 +50,7 @@ from rollout_sdk.telemetry import (
 )
 
 if TYPE_CHECKING:
+    from rollout_sdk.agent.journal import Journal
     from rollout_sdk.dispatch.base import Job
     from rollout_sdk.engine.cancels import CancelSignals
     from rollout_sdk.engine.delivery import Delivery
@@ -88,16 +90,21 @@ class RolloutWorker:
     def _ttl(self) -> float:
         return float(self.settings.server.record_ttl_seconds)
 
-    async def run(self, job: Job, *, deadline_seconds: float | None = None) -> RolloutRecord | None:
+    async def run(
+        self, job: Job, *, deadline_seconds: float | None = None, journal: Journal | None = None
+    ) -> RolloutRecord | None:
         """Run one job to its final record; None when this delivery does not own the rollout.
 
         ``deadline_seconds`` shortens the rollout's time (the Lambda's remaining time); the
         request-timeout setting bounds it in every mode. A failure of the kit itself (not the
-        agent's) still ends the rollout with a reported ERROR.
+        agent's) still ends the rollout with a reported ERROR. ``journal``: the durable
+        worker's record of the rollout (:mod:`rollout_sdk.agent.journal`), through which the
+        agent's turns and steps go; a cancel then lets the recorded turns replay and refuses
+        the next new one, so the rollout is reported with what it did.
         """
         with rollout_scope(job.rollout_id):
             try:
-                return await self._run(job, deadline_seconds)
+                return await self._run(job, deadline_seconds, journal)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -130,7 +137,9 @@ class RolloutWorker:
             expires_at=expiry(now, self._ttl() + budget),
         )
 
-    async def _run(self, job: Job, deadline_seconds: float | None) -> RolloutRecord | None:
+    async def _run(
+        self, job: Job, deadline_seconds: float | None, journal: Journal | None
+    ) -> RolloutRecord | None:
         budget = self._budget(deadline_seconds)
         if job.claimed is not None:
             # Init created the record claimed for this job (it starts at once, here): the
@@ -155,7 +164,7 @@ class RolloutWorker:
             claimed_at = now
         self.telemetry.count(Metric.ROLLOUTS_STARTED)
         logger.info("rollout claimed", extra={"rollout_id": job.rollout_id, "attempt": job.attempt})
-        if record.cancel_requested:
+        if record.cancel_requested and journal is None:
             response = error_response(
                 job.rollout_id,
                 "rollout cancelled before it started",
@@ -163,7 +172,7 @@ class RolloutWorker:
                 attempt=job.attempt,
             )
         else:
-            response = await self._execute(record, job, budget)
+            response = await self._execute(record, job, budget, journal)
         watch = self.leases.watches(record)
         try:
             finished = await self._finish(job, response, watch=watch)
@@ -234,12 +243,16 @@ class RolloutWorker:
             watch=watch,
         )
 
-    async def _execute(self, record: RolloutRecord, job: Job, budget: float) -> RolloutResponse:
+    async def _execute(
+        self, record: RolloutRecord, job: Job, budget: float, journal: Journal | None
+    ) -> RolloutResponse:
         with self.cancels.watching(job.rollout_id) as cancelled:
 
             def note_cancel(current: RolloutRecord) -> None:
                 if current.cancel_requested:
                     cancelled.set()
+
+            note_cancel(record)  # requested before this run (a durable rollout's replay)
 
             async with self.leases.holding(
                 job.rollout_id,
@@ -248,10 +261,22 @@ class RolloutWorker:
                 note_cancel,
                 watch=self.leases.watches(record),
             ):
-                return await self._run_agent(record, job, budget, cancelled)
+                if journal is None:
+                    return await self._run_agent(record, job, budget, cancelled, None)
+                journal.bind(cancelled)
+                token = current_journal.set(journal)
+                try:
+                    return await self._run_agent(record, job, budget, cancelled, journal)
+                finally:
+                    current_journal.reset(token)
 
     async def _run_agent(
-        self, record: RolloutRecord, job: Job, budget: float, cancelled: asyncio.Event
+        self,
+        record: RolloutRecord,
+        job: Job,
+        budget: float,
+        cancelled: asyncio.Event,
+        journal: Journal | None,
     ) -> RolloutResponse:
         # One piece on purpose (over 80 lines): the deadline, the agent's exceptions, a failure
         # the LLM client ended the rollout with, and a result the protocol cannot carry decide
@@ -267,8 +292,11 @@ class RolloutWorker:
             server_url=request.server_url,
             rollout_id=request.rollout_id,
             api_key=job.api_key,
+            journal=journal,
         )
-        ctx = RolloutContext(request, tools, llm, debug_dir=self.debug_dir, cancelled=cancelled)
+        ctx = RolloutContext(
+            request, tools, llm, debug_dir=self.debug_dir, cancelled=cancelled, journal=journal
+        )
         outcome: RolloutResult | RolloutResponse
         deadline = asyncio.timeout(budget)
         try:
@@ -305,13 +333,15 @@ class RolloutWorker:
             )
         except Exception as exc:  # the agent's own failure becomes an ERROR result
             outcome = agent_failure(request.rollout_id, exc, ctx.last_messages, attempt=job.attempt)
-        if llm.ended_by is not None:
+        ended_by = llm.ended_by or (journal.ended_by if journal is not None else None)
+        if ended_by is not None:
             # Whatever the agent made of it (it may have caught the exception), the rollout
-            # ends in that failure's category: a refused address, an answer over the cap.
+            # ends in that failure's category: a refused address, an answer over the cap, on
+            # the durable worker its deadline or a diverging replay.
             outcome = error_response(
                 request.rollout_id,
-                str(llm.ended_by),
-                category=llm.ended_by.category,
+                str(ended_by),
+                category=ended_by.category,
                 attempt=job.attempt,
                 final_messages=ctx.last_messages,
             )

@@ -366,12 +366,18 @@ class Store(abc.ABC):
         lease_until: float,
         now: float,
         watch: bool = False,
+        sealed_key: str | None = None,
     ) -> TransitionResult:
         """Extend the lease of ``attempt`` (running, or delivering: ``state``) to
-        ``lease_until``; a watched lease's due time moves with it."""
+        ``lease_until``; a watched lease's due time moves with it. ``sealed_key``, when given,
+        is stored (the durable worker's, so the re-drive can report its rollout alone)."""
         guard = Guard(states=(state,), attempt=attempt)
         due = self._lease_due(lease_until, watch)
-        update = Update(lease_until=lease_until, due_at=UNSET if due is None else due)
+        update = Update(
+            lease_until=lease_until,
+            due_at=UNSET if due is None else due,
+            sealed_key=UNSET if sealed_key is None else sealed_key,
+        )
         return await self._apply(rollout_id, guard, update, now=now)
 
     async def finish(

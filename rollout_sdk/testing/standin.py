@@ -20,7 +20,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -44,6 +44,12 @@ _OPERATIONS = {
 
 def _tokens(messages: list[dict[str, Any]]) -> int:
     return sum(len(str(m.get("content") or "").split()) + 4 for m in messages)
+
+
+class ChatModel(Protocol):
+    """What answers the stand-in's chat calls: a chat-completion body for each request body."""
+
+    def reply(self, body: dict[str, Any]) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -212,11 +218,11 @@ class TrainGateStandIn:
     def __init__(
         self,
         *,
-        model: ScriptedModel | None = None,
+        model: ChatModel | None = None,
         chat_delay: float = 0.0,
         callback_key: str | None = None,
     ) -> None:
-        self.model = model or ScriptedModel()
+        self.model: ChatModel = model or ScriptedModel()
         self.chat_delay = chat_delay
         self.callback_key = callback_key
         self.completions: dict[str, list[dict[str, Any]]] = defaultdict(list)

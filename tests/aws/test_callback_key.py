@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError
 from rollout_sdk.aws.clients import AwsClients
 from rollout_sdk.aws.runtime import LambdaRuntime
 from rollout_sdk.dispatch.base import Job
-from rollout_sdk.dispatch.sqs import SEALED_KEY_FIELD, job_from_message, message_body
+from rollout_sdk.dispatch.sealed import SEALED_KEY_FIELD, job_from_message, message_body
 from rollout_sdk.errors import ConfigurationError, StoreError
 from rollout_sdk.local.emulator import LocalResources, load_template
 from rollout_sdk.local.invoke import function_environment, import_handler, invoke, load_event

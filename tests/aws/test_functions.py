@@ -28,6 +28,15 @@ SEEN = {
         "direct",
     ),
     ("RedriveFunction", "handler.redrive", "redrive", "redrive", "redrive", None),
+    # Issue 25 (DurableWorker=true): new names, seen by no one before.
+    (
+        "DurableWorkerFunction",
+        "handler.durable_worker",
+        "durable_worker",
+        "durable-worker",
+        "durable-worker",
+        "direct",
+    ),
     (
         "QueueWorkerFunction",
         "handler.worker_batch",

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rollout_sdk.errors import FailureCategory
+from rollout_sdk.stack import LambdaFunction
 
 from .conftest import ROOT
 
@@ -320,7 +321,7 @@ def test_every_function_logs_to_its_own_group_kept_for_the_retention_parameter(
     assert days["Type"] == "Number" and days["Default"] == 30
     assert 30 in days["AllowedValues"]
     functions = resources(template, "AWS::Serverless::Function")
-    assert len(functions) == 6
+    assert len(functions) == len(LambdaFunction)
     groups = resources(template, "AWS::Logs::LogGroup")
     used: set[str] = set()
     for name, function in functions.items():

@@ -20,7 +20,7 @@ from rollout_sdk.settings import load_settings
 if TYPE_CHECKING:
     from rollout_sdk.agent.loop import RolloutAgentLoop
     from rollout_sdk.dispatch.base import Job
-    from rollout_sdk.dispatch.sqs import QueuedJob
+    from rollout_sdk.dispatch.sealed import QueuedJob
     from rollout_sdk.engine.settlement import Settlement
     from rollout_sdk.engine.worker import RolloutWorker
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from rollout_sdk.dispatch.sqs import SEALED_KEY_FIELD
+from rollout_sdk.dispatch.sealed import SEALED_KEY_FIELD
 from rollout_sdk.errors import StoreError
 from rollout_sdk.local.emulator import LocalResources
 from rollout_sdk.local.invoke import invoke, load_event

@@ -13,7 +13,7 @@ import pytest
 from rollout_sdk.cost.guard import figure
 from rollout_sdk.dispatch.aws_lambda import LambdaDispatcher
 from rollout_sdk.dispatch.base import Job, failure_from_event, job_event, job_from_event
-from rollout_sdk.dispatch.sqs import job_from_message, message_body
+from rollout_sdk.dispatch.sealed import job_from_message, message_body
 
 SHARE = {"functions": {"api": {"seconds": 0.05}}, "units": {"lambda_request": 1}}
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from rollout_sdk.aws import metering
 from rollout_sdk.cost import meter as cost_meter
-from rollout_sdk.dispatch.sqs import job_from_message
+from rollout_sdk.dispatch.sealed import job_from_message
 from rollout_sdk.errors import StoreError
 from rollout_sdk.stack import LambdaFunction
 from rollout_sdk.telemetry import rollout_scope

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from rollout_sdk.aws.runtime import InvocationContext, LambdaRuntime
     from rollout_sdk.dispatch.base import Job
     from rollout_sdk.stack import LambdaFunction
+    from rollout_sdk.store.record import RolloutRecord
 
 logger = logging.getLogger("rollout_sdk.lambda")
 
@@ -25,6 +26,19 @@ def rejected(what: str, exc: ValueError) -> dict[str, Any]:
     answered, never raised (a raise would make Lambda retry it)."""
     logger.error("malformed %s: %s", what, exc)
     return {"status": "rejected", "error": str(exc)}
+
+
+def ran(job: Job, record: RolloutRecord | None) -> dict[str, Any]:
+    """The answer of a function that ran ``job``'s rollout to ``record`` (None: this delivery
+    did not own it, so nothing ran)."""
+    if record is None:
+        return {"status": "skipped", "rollout_id": job.rollout_id}
+    return {
+        "status": "done",
+        "rollout_id": job.rollout_id,
+        "state": record.state.value,
+        "delivered": record.delivered_at is not None,
+    }
 
 
 @contextmanager

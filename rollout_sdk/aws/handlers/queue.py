@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rollout_sdk.aws import metering
 from rollout_sdk.cost import meter as cost_meter
-from rollout_sdk.dispatch.sqs import job_from_message
+from rollout_sdk.dispatch.sealed import job_from_message
 from rollout_sdk.stack import LambdaFunction
 from rollout_sdk.telemetry import rollout_scope
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
     from rollout_sdk.aws.runtime import InvocationContext, LambdaRuntime
-    from rollout_sdk.dispatch.sqs import QueuedJob
+    from rollout_sdk.dispatch.sealed import QueuedJob
 
 logger = logging.getLogger("rollout_sdk.lambda")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rollout_sdk.aws.handlers.preamble import one_rollout, rejected
+from rollout_sdk.aws.handlers.preamble import one_rollout, ran, rejected
 from rollout_sdk.dispatch.base import job_from_event
 from rollout_sdk.stack import LambdaFunction
 
@@ -23,11 +23,4 @@ def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None
         return rejected("worker event", exc)
     with one_rollout(runtime, LambdaFunction.WORKER, context, job):
         record = runtime.run(runtime.worker.run(job, deadline_seconds=runtime.deadline(context)))
-    if record is None:
-        return {"status": "skipped", "rollout_id": job.rollout_id}
-    return {
-        "status": "done",
-        "rollout_id": job.rollout_id,
-        "state": record.state.value,
-        "delivered": record.delivered_at is not None,
-    }
+    return ran(job, record)

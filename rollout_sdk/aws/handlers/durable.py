@@ -1,0 +1,16 @@
+"""The durable worker function's invocations (``DurableWorker=true``): each one of a rollout's
+durable execution, which the durable execution SDK replays up to where the last one stopped
+(:mod:`rollout_sdk.aws.durable`). Its input is the job with the callback key sealed."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rollout_sdk.aws.runtime import InvocationContext, LambdaRuntime
+
+
+def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None) -> Any:
+    """One invocation of the rollout's execution: the SDK's answer (PENDING while it goes on
+    in a later invocation, SUCCEEDED with the worker's summary once it ended)."""
+    return runtime.durable.handle(event, context)

@@ -1,0 +1,372 @@
+"""The durable worker (DurableWorker=true, issue 25), through handler.py, moto's server and the
+durable execution testing SDK's runner, which runs each execution in process against its
+in-memory checkpoint service, a fresh handler call per invocation, with durable waits skipped.
+
+Time is simulated (testkit.durable): every chat turn takes 60 s of the runtime's clock, so a
+40-turn rollout is 40 minutes, and with WorkerTimeout 600 it cannot fit in one invocation.
+Between invocations (while the execution is suspended) a test can act: run the re-drive, cancel,
+take TrainGate down, change the agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aws_durable_execution_sdk_python.lambda_service import InvocationStatus
+from aws_durable_execution_sdk_python_testing.runner import DurableFunctionTestRunner
+from botocore.exceptions import ClientError
+
+import testkit.durable
+from rollout_sdk.aws.durable import SUSPENDED_LEASE_SECONDS
+from rollout_sdk.dispatch.aws_lambda import DurableLambdaDispatcher, execution_name
+from rollout_sdk.dispatch.base import Job
+from rollout_sdk.dispatch.sealed import SEALED_KEY_FIELD, sealed_job_from_event
+from rollout_sdk.errors import StoreError
+from rollout_sdk.local.invoke import invoke, load_event
+from rollout_sdk.store.record import RecordState, RolloutRecord
+from rollout_sdk.testing.standin import Fault, TrainGateStandIn
+from rollout_sdk.testing.threads import ServerThread
+from testkit.durable import SimClock, TurnModel
+
+from .conftest import CALLBACK_KEY, ROOT
+
+pytestmark = pytest.mark.timeout(180)
+
+DURABLE = {
+    "DURABLE_WORKER": "true",
+    "AGENT_LOOP": "testkit.durable:long_agent",
+    "WORKER_TIMEOUT_SECONDS": "600",
+    "OSMOSIS_ROLLOUT_SERVER_REQUEST_TIMEOUT_SECONDS": "7200",
+    # A failed chat call is retried at once (the outage test), not after real seconds.
+    "OSMOSIS_ROLLOUT_CLIENT_RETRY_BASE_DELAY": "0",
+    "OSMOSIS_ROLLOUT_CLIENT_RETRY_MAX_DELAY": "0",
+}
+#: The deadline test's: 20 simulated minutes for a rollout of 40 one-minute turns.
+SHORT_DEADLINE = {**DURABLE, "OSMOSIS_ROLLOUT_SERVER_REQUEST_TIMEOUT_SECONDS": "1200"}
+TURNS = 40
+#: The messages of events/init.json's request (the prompt every conversation starts from).
+PROMPT = len(json.loads(load_event(ROOT / "events" / "init.json")["body"])["messages"])
+
+
+@dataclass
+class Rig:
+    """handler.py on the durable worker, a TrainGate stand-in whose model takes simulated
+    time, and the runner; ``between`` runs before each invocation after the first."""
+
+    handler: Any
+    clock: SimClock
+    traingate: TrainGateStandIn
+    url: str
+    between: Callable[[int], None] | None = None
+    invocations: int = 0
+    #: The last execution's history, its input and operations' data included, as
+    #: GetDurableExecutionHistory answers it.
+    history: Any = field(default=None, repr=False)
+
+    @property
+    def runtime(self) -> Any:
+        return self.handler.runtime
+
+    def init(self, rollout_id: str, turns: int = TURNS) -> dict[str, Any]:
+        """Init through the API function; the durable execution's input it handed off."""
+        event = load_event(ROOT / "events" / "init.json")
+        body = json.loads(event["body"])
+        body.update(server_url=self.url, rollout_id=rollout_id, metadata={"turns": turns})
+        event["body"] = json.dumps(body)
+        accepted = invoke(self.handler, "ApiFunction", event, timeout_seconds=29)
+        assert accepted.result["statusCode"] == 202, accepted.result
+        (handed_off,) = accepted.dispatched
+        return handed_off
+
+    def _entry(self, event: Any, context: Any) -> Any:
+        number = self.invocations
+        self.invocations += 1
+        if number and self.between is not None:
+            self.between(number)
+        return self.handler.durable_worker(event, context)
+
+    def run(self, handed_off: dict[str, Any]) -> Any:
+        """The rollout's execution to its end, in as many invocations as it takes."""
+        runner = DurableFunctionTestRunner(self._entry, skip_time=True)
+        try:
+            arn = runner.run_async(
+                input=json.dumps(handed_off),
+                execution_timeout=150,
+                execution_name=execution_name(handed_off["rollout_id"]),
+            )
+            result = runner.wait_for_result(arn, timeout=150)
+            self.history = runner.get_execution_history(arn, include_execution_data=True)
+            return result
+        finally:
+            runner.close()  # type: ignore[no-untyped-call]
+            # The testing SDK's scheduler stops its event loop but never closes it (1.4.0):
+            # closed here, or its sockets are left to the garbage collector.
+            runner._scheduler._loop.close()
+
+    def record(self, rollout_id: str) -> RolloutRecord:
+        record: RolloutRecord | None = self.runtime.run(
+            self.runtime.store.get(rollout_id, now=self.clock())
+        )
+        assert record is not None
+        return record
+
+    def reports(self, rollout_id: str) -> list[dict[str, Any]]:
+        return list(self.traingate.completions.get(rollout_id, []))
+
+    def asked(self, rollout_id: str) -> list[int]:
+        """The conversation length of each chat call TrainGate answered for the rollout."""
+        calls = self.traingate.calls_for("chat", rollout_id)
+        return [len(c.body["messages"]) for c in calls if c.handled and c.body is not None]
+
+
+@pytest.fixture
+def rig(handler: Any) -> Iterator[Rig]:
+    clock = SimClock()
+    handler.runtime.clock = clock  # before the engine is built: its clock
+    traingate = TrainGateStandIn(callback_key=CALLBACK_KEY, model=TurnModel(clock))
+    traingate.keep_chat_bodies = True
+    testkit.durable.DIVERGE_FROM_TURN = None
+    with ServerThread(traingate.app) as server:
+        yield Rig(handler, clock, traingate, server.url)
+    testkit.durable.DIVERGE_FROM_TURN = None
+
+
+def _category(report: dict[str, Any]) -> str:
+    return str(report["extra_fields"]["rollout_sdk"]["failure"]["category"])
+
+
+def _suspensions(result: Any) -> int:
+    return sum(1 for op in result.operations if op.name == "suspend")
+
+
+# ---------------------------------------------------------------------- the long rollout
+
+
+@pytest.mark.parametrize("handler", [DURABLE], indirect=True)
+def test_a_40_minute_rollout_runs_across_invocations_each_turn_asked_once(rig: Rig) -> None:
+    handed_off = rig.init("long-1")
+    gaps: list[tuple[str, float, int]] = []
+
+    def between(number: int) -> None:
+        # Suspended: the lease outlives the re-drive's reach, which leaves the rollout alone.
+        record = rig.record("long-1")
+        assert record.lease_until is not None
+        left = record.lease_until - rig.clock()
+        gaps.append((record.state.value, left, len(rig.reports("long-1"))))
+        rig.runtime.run(rig.runtime.recovery.redrive())
+
+    rig.between = between
+    result = rig.run(handed_off)
+
+    assert result.status is InvocationStatus.SUCCEEDED, result.error
+    assert json.loads(result.result)["state"] == "DELIVERED"
+    assert rig.invocations >= 4
+    assert _suspensions(result) == rig.invocations - 1
+    assert all(state == "RUNNING" for state, _, _ in gaps)
+    assert all(left > SUSPENDED_LEASE_SECONDS - 120 for _, left, _ in gaps), gaps
+    assert all(reported == 0 for _, _, reported in gaps)
+    # Each turn's chat call reached TrainGate once, however often its invocation was replayed.
+    asked = rig.asked("long-1")
+    assert len(asked) == TURNS == len(set(asked))
+    assert rig.traingate.chat_count("long-1") == TURNS
+    assert testkit.durable.STEPS_RUN["long-1"] == TURNS // 10  # each ctx.step ran once
+    (report,) = rig.reports("long-1")
+    assert report["status"] == "COMPLETED" and report["reward"] == 1.0
+    assert report["metrics"]["num_llm_calls"] == TURNS
+
+    # The same agent on the plain worker says the same.
+    rig.init("plain-1")
+    plain = invoke(
+        rig.handler,
+        "WorkerFunction",
+        {"rollout_id": "plain-1", "attempt": 1, "api_key": CALLBACK_KEY},
+        timeout_seconds=900,
+    )
+    assert plain.result["state"] == "DELIVERED"
+    (plain_report,) = rig.reports("plain-1")
+    assert report["final_messages"] == plain_report["final_messages"]
+    assert len(report["final_messages"]) == PROMPT + 2 * TURNS
+
+    # The key never sits in clear in the execution's history: input and step results.
+    history = repr(rig.history)  # its first page
+    assert handed_off[SEALED_KEY_FIELD] in history  # the input, with its data
+    steps = repr(result.operations)
+    assert "turn 40" in steps  # the steps' results
+    assert CALLBACK_KEY not in history and CALLBACK_KEY not in steps
+    assert "api_key" not in handed_off
+
+
+@pytest.mark.parametrize("handler", [DURABLE], indirect=True)
+def test_a_traingate_outage_across_a_suspension_loses_and_repeats_nothing(rig: Rig) -> None:
+    handed_off = rig.init("outage-1")
+
+    def between(number: int) -> None:
+        if number == 1:
+            # TrainGate drops the next three calls: the resumed turn is retried until it lands.
+            rig.traingate.inject("chat", Fault(status=0, count=3, rollout_id="outage-1"))
+
+    rig.between = between
+    result = rig.run(handed_off)
+
+    assert result.status is InvocationStatus.SUCCEEDED, result.error
+    calls = rig.traingate.calls_for("chat", "outage-1")
+    assert sum(1 for c in calls if not c.handled) == 3
+    asked = rig.asked("outage-1")
+    assert len(asked) == TURNS == len(set(asked))
+    (report,) = rig.reports("outage-1")
+    assert report["status"] == "COMPLETED"
+
+
+@pytest.mark.parametrize("handler", [DURABLE], indirect=True)
+def test_a_cancel_between_invocations_ends_the_rollout_with_what_it_did(rig: Rig) -> None:
+    handed_off = rig.init("cancel-1")
+    asked_before: list[int] = []
+
+    def between(number: int) -> None:
+        if number == 2:
+            asked_before.append(len(rig.asked("cancel-1")))
+            event = load_event(ROOT / "events" / "init.json")
+            path = "/v1/rollout/cancel-1/cancel"
+            event.update(rawPath=path, body="")
+            event["requestContext"]["http"]["path"] = path
+            asyncio.set_event_loop(rig.runtime.loop)  # the runner's thread: the API's loop
+            answer = invoke(rig.handler, "ApiFunction", event, timeout_seconds=29).result
+            assert answer["statusCode"] == 202, answer
+
+    rig.between = between
+    result = rig.run(handed_off)
+
+    assert result.status is InvocationStatus.SUCCEEDED, result.error
+    assert rig.invocations == 3  # the cancel stopped the execution in the invocation it met
+    (report,) = rig.reports("cancel-1")
+    assert report["status"] == "ERROR" and _category(report) == "cancelled"
+    # No turn after the cancel; the report carries every turn made before it.
+    (turns,) = asked_before
+    assert len(rig.asked("cancel-1")) == turns
+    assert len(report["final_messages"]) == PROMPT + 2 * turns - 1
+
+
+@pytest.mark.parametrize("handler", [DURABLE], indirect=True)
+def test_a_diverging_replay_ends_the_rollout_once_as_replay_diverged(rig: Rig) -> None:
+    handed_off = rig.init("diverge-1")
+
+    def between(number: int) -> None:
+        if number == 1:
+            testkit.durable.DIVERGE_FROM_TURN = 3  # the agent now asks otherwise at turn 3
+
+    rig.between = between
+    result = rig.run(handed_off)
+
+    assert result.status is InvocationStatus.SUCCEEDED, result.error
+    assert rig.invocations == 2
+    (report,) = rig.reports("diverge-1")
+    assert report["status"] == "ERROR" and _category(report) == "replay_diverged"
+    # Nothing of the diverging run reached TrainGate: only the first invocation's turns.
+    asked = rig.asked("diverge-1")
+    assert len(asked) == len(set(asked)) and len(asked) < TURNS
+    assert report["reward"] is None
+
+
+@pytest.mark.parametrize("handler", [SHORT_DEADLINE], indirect=True)
+def test_the_deadline_spans_invocations_and_sends_the_partial_trajectory(rig: Rig) -> None:
+    handed_off = rig.init("deadline-1")
+    result = rig.run(handed_off)
+
+    assert result.status is InvocationStatus.SUCCEEDED, result.error
+    assert rig.invocations >= 2
+    (report,) = rig.reports("deadline-1")
+    assert report["status"] == "ERROR" and _category(report) == "timeout"
+    turns = len(rig.asked("deadline-1"))
+    assert turns == 20  # 20 one-minute turns fit in the 20-minute deadline
+    assert len(report["final_messages"]) == PROMPT + 2 * turns - 1
+
+
+@pytest.mark.parametrize("handler", [DURABLE], indirect=True)
+def test_a_failed_execution_is_reported_once_by_the_re_drive(rig: Rig) -> None:
+    handed_off = rig.init("failed-1")
+    vault = rig.runtime.vault
+    opened = vault.open
+
+    async def broken(*args: Any, **kwargs: Any) -> str:
+        raise StoreError("KMS is unreachable")
+
+    def between(number: int) -> None:
+        if number == 1:
+            vault.open = broken  # the second invocation cannot open the key: it fails
+
+    rig.between = between
+    result = rig.run(handed_off)
+    vault.open = opened
+
+    assert result.status is InvocationStatus.FAILED
+    assert rig.reports("failed-1") == []
+    record = rig.record("failed-1")
+    assert record.state is RecordState.RUNNING and record.sealed_key is not None
+    # Its lease runs out; the re-drive reports it once, with the sealed key it stored.
+    rig.clock.advance(SUSPENDED_LEASE_SECONDS + 60)
+    rig.runtime.run(rig.runtime.recovery.redrive())
+    rig.runtime.run(rig.runtime.recovery.redrive())
+    (report,) = rig.reports("failed-1")
+    assert report["status"] == "ERROR" and _category(report) == "worker_lost"
+
+
+# ---------------------------------------------------------------------- the hand-off
+
+
+def test_a_repeated_hand_off_starts_no_second_execution() -> None:
+    """Lambda's rule for named executions (the same name: the existing one; another input: an
+    AlreadyStarted error), played by a client stub: the dispatcher counts both as made."""
+    started: dict[str, bytes] = {}
+
+    class Lambda:
+        def invoke(self, **params: Any) -> dict[str, Any]:
+            name = params["DurableExecutionName"]
+            if name in started and started[name] != params["Payload"]:
+                raise ClientError(
+                    {"Error": {"Code": "DurableExecutionAlreadyStartedException", "Message": name}},
+                    "Invoke",
+                )
+            started.setdefault(name, params["Payload"])
+            return {"StatusCode": 202}
+
+    class Vault:
+        calls = 0
+
+        async def seal(self, key: str, *, rollout_id: str) -> str:
+            Vault.calls += 1
+            return f"sealed-{Vault.calls}"  # a key sealed again differs
+
+    dispatcher = DurableLambdaDispatcher(
+        "arn:aws:lambda:us-east-1:123456789012:function:durable:live",
+        client=Lambda(),  # type: ignore[arg-type]
+        vault=Vault(),  # type: ignore[arg-type]
+    )
+    job = Job("repeat/1", 1, api_key=CALLBACK_KEY)
+    asyncio.run(dispatcher.dispatch(job))
+    asyncio.run(dispatcher.dispatch(job))  # a duplicate init's, or the re-drive's
+    assert list(started) == [execution_name("repeat/1")]
+    assert dispatcher.dispatched == 2
+    payload = json.loads(started[execution_name("repeat/1")])
+    assert payload[SEALED_KEY_FIELD] == "sealed-1" and "api_key" not in payload
+
+
+def test_execution_names_are_lambdas_and_distinct() -> None:
+    assert execution_name("sample-rollout-0001") == "sample-rollout-0001"
+    odd = ["a/b", "a_b" * 40, "x" * 65, "a b", "é", "r-h0123456789abcdef0123"]
+    names = [execution_name(rollout_id) for rollout_id in odd]
+    assert len(set(names)) == len(odd)
+    for name in names:
+        assert 1 <= len(name) <= 64 and all(c.isalnum() or c in "-_" for c in name)
+        assert name.isascii()
+
+
+def test_the_durable_input_never_carries_the_key_in_clear() -> None:
+    with pytest.raises(ValueError, match="'api_key' must be absent"):
+        sealed_job_from_event({"rollout_id": "r", "attempt": 1, "api_key": CALLBACK_KEY})
+    queued = sealed_job_from_event({"rollout_id": "r", "attempt": 1, SEALED_KEY_FIELD: "s"})
+    assert queued.sealed_api_key == "s" and queued.job.api_key is None
