@@ -9,6 +9,7 @@ it. Nothing sleeps.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from dataclasses import dataclass, field
@@ -74,7 +75,9 @@ STEPS_RUN: dict[str, int] = {}
 
 class LongAgent(RolloutAgentLoop):
     """``metadata["turns"]`` chat turns (40 by default), each followed by a user message; a
-    ``ctx.step`` ("note") every tenth turn; then COMPLETED with reward 1.0."""
+    ``ctx.step`` ("note") every tenth turn; then COMPLETED with reward 1.0. With
+    ``metadata["concurrent"]``, two chat calls at once instead (which a durable worker refuses).
+    """
 
     name = "long"
 
@@ -85,6 +88,9 @@ class LongAgent(RolloutAgentLoop):
         turns = int(ctx.request.metadata.get("turns", 40))
         messages = list(ctx.request.messages)
         rollout_id = ctx.request.rollout_id
+        if ctx.request.metadata.get("concurrent"):
+            params = ctx.request.completion_params
+            await asyncio.gather(ctx.chat(messages, **params), ctx.chat(messages, **params))
         for turn in range(1, turns + 1):
             reply = await ctx.chat(messages, **ctx.request.completion_params)
             messages.append(reply.message)
@@ -104,3 +110,11 @@ class LongAgent(RolloutAgentLoop):
 
 
 long_agent = LongAgent()
+
+
+def close_runner(runner: Any) -> None:
+    """Close a testing SDK runner (``DurableFunctionTestRunner``), and the event loop its
+    scheduler stops but never closes (1.4.0), which would otherwise leave its sockets to the
+    garbage collector."""
+    runner.close()
+    runner._scheduler._loop.close()  # noqa: SLF001 - the SDK gives no other way to it

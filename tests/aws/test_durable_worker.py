@@ -26,12 +26,12 @@ from rollout_sdk.aws.durable import SUSPENDED_LEASE_SECONDS
 from rollout_sdk.dispatch.aws_lambda import DurableLambdaDispatcher, execution_name
 from rollout_sdk.dispatch.base import Job
 from rollout_sdk.dispatch.sealed import SEALED_KEY_FIELD, sealed_job_from_event
-from rollout_sdk.errors import StoreError
+from rollout_sdk.errors import ConfigurationError, StoreError
 from rollout_sdk.local.invoke import invoke, load_event
 from rollout_sdk.store.record import RecordState, RolloutRecord
 from rollout_sdk.testing.standin import Fault, TrainGateStandIn
 from rollout_sdk.testing.threads import ServerThread
-from testkit.durable import SimClock, TurnModel
+from testkit.durable import SimClock, TurnModel, close_runner
 
 from .conftest import CALLBACK_KEY, ROOT
 
@@ -72,11 +72,13 @@ class Rig:
     def runtime(self) -> Any:
         return self.handler.runtime
 
-    def init(self, rollout_id: str, turns: int = TURNS) -> dict[str, Any]:
+    def init(self, rollout_id: str, turns: int = TURNS, **metadata: Any) -> dict[str, Any]:
         """Init through the API function; the durable execution's input it handed off."""
         event = load_event(ROOT / "events" / "init.json")
         body = json.loads(event["body"])
-        body.update(server_url=self.url, rollout_id=rollout_id, metadata={"turns": turns})
+        body.update(
+            server_url=self.url, rollout_id=rollout_id, metadata={"turns": turns, **metadata}
+        )
         event["body"] = json.dumps(body)
         accepted = invoke(self.handler, "ApiFunction", event, timeout_seconds=29)
         assert accepted.result["statusCode"] == 202, accepted.result
@@ -103,10 +105,7 @@ class Rig:
             self.history = runner.get_execution_history(arn, include_execution_data=True)
             return result
         finally:
-            runner.close()  # type: ignore[no-untyped-call]
-            # The testing SDK's scheduler stops its event loop but never closes it (1.4.0):
-            # closed here, or its sockets are left to the garbage collector.
-            runner._scheduler._loop.close()
+            close_runner(runner)
 
     def record(self, rollout_id: str) -> RolloutRecord:
         record: RolloutRecord | None = self.runtime.run(
@@ -313,6 +312,23 @@ def test_a_failed_execution_is_reported_once_by_the_re_drive(rig: Rig) -> None:
     rig.runtime.run(rig.runtime.recovery.redrive())
     (report,) = rig.reports("failed-1")
     assert report["status"] == "ERROR" and _category(report) == "worker_lost"
+
+
+@pytest.mark.parametrize("handler", [DURABLE], indirect=True)
+def test_concurrent_chat_calls_are_refused_naming_the_rule(rig: Rig) -> None:
+    result = rig.run(rig.init("concurrent-1", concurrent=True))
+
+    assert result.status is InvocationStatus.SUCCEEDED, result.error
+    (report,) = rig.reports("concurrent-1")
+    assert report["status"] == "ERROR" and _category(report) == "agent_error"
+    assert "one at a time" in report["error_message"]
+    assert len(rig.asked("concurrent-1")) == 1  # the first call alone was asked
+
+
+@pytest.mark.parametrize("handler", [{**DURABLE, "CALLBACK_KEY_KMS_KEY_ID": ""}], indirect=True)
+def test_the_durable_hand_off_needs_the_kms_key(handler: Any) -> None:
+    with pytest.raises(ConfigurationError, match="CALLBACK_KEY_KMS_KEY_ID"):
+        _ = handler.runtime.dispatcher
 
 
 # ---------------------------------------------------------------------- the hand-off

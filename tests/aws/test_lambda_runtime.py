@@ -42,6 +42,24 @@ def test_a_request_timeout_that_fits_is_accepted() -> None:
     check_deadlines(_settings(890, WORKER_TIMEOUT_SECONDS=900))
 
 
+def test_the_durable_worker_takes_rollouts_of_up_to_a_day() -> None:
+    check_deadlines(_settings(86_400, WORKER_TIMEOUT_SECONDS=600, DURABLE_WORKER="true"))
+    with pytest.raises(ConfigurationError) as caught:
+        check_deadlines(_settings(86_401, WORKER_TIMEOUT_SECONDS=600, DURABLE_WORKER="true"))
+    assert "at most 86400 s" in str(caught.value) and "RequestTimeoutSeconds" in str(caught.value)
+
+
+def test_the_durable_worker_beside_the_queue_is_refused() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        check_deadlines(_settings(600, DURABLE_WORKER="true", HAND_OFF="queue"))
+    assert "HandOff=direct" in str(caught.value) and "DurableWorker=false" in str(caught.value)
+
+
+def test_a_request_timeout_too_long_for_the_plain_worker_names_the_durable_one() -> None:
+    with pytest.raises(ConfigurationError, match="DurableWorker=true"):
+        check_deadlines(_settings(3600, WORKER_TIMEOUT_SECONDS=900))
+
+
 def test_a_worker_timeout_over_lambdas_limit_is_refused() -> None:
     with pytest.raises(ValueError, match="900"):
         LambdaSettings.model_validate({"WORKER_TIMEOUT_SECONDS": 901})
