@@ -51,6 +51,7 @@ from rollout_sdk.errors import (
 from rollout_sdk.protocol import CompletionsResponse
 from rollout_sdk.stack import LambdaFunction
 from rollout_sdk.store.record import RecordState
+from rollout_sdk.telemetry import Metric
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -344,6 +345,8 @@ class DurableWorker:
             expires_at=terms.expires_at,
             now=now,
         )
+        if claim.applied:
+            self.runtime.telemetry.count(Metric.ROLLOUTS_STARTED)  # once: a step is not replayed
         return {"claimed": bool(claim.applied), "at": now}
 
     async def _invocation(
@@ -368,8 +371,11 @@ class DurableWorker:
             hold_suspended=lambda: self._hold_suspended(job),
         )
         left = max(rollout_ends_at - runtime.clock(), REPLAY_GRACE_SECONDS)
+        # The record as re-claimed, but dated from the claim: the rollout's duration (a metric)
+        # spans its invocations.
+        since_claim = record.evolve(updated_at=claimed_at)
         final = await runtime.worker.run(
-            replace(opened, claimed=record), deadline_seconds=left, journal=journal
+            replace(opened, claimed=since_claim), deadline_seconds=left, journal=journal
         )
         logger.info(
             "durable rollout ended",

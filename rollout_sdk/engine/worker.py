@@ -162,7 +162,9 @@ class RolloutWorker:
                 return await self._claim_lost(job, claim.record)
             record = claim.record
             claimed_at = now
-        self.telemetry.count(Metric.ROLLOUTS_STARTED)
+        if journal is None:
+            # (A durable rollout counts its start once, at its claim step, not per invocation.)
+            self.telemetry.count(Metric.ROLLOUTS_STARTED)
         logger.info("rollout claimed", extra={"rollout_id": job.rollout_id, "attempt": job.attempt})
         if record.cancel_requested and journal is None:
             response = error_response(

@@ -29,6 +29,7 @@ from rollout_sdk.dispatch.sealed import SEALED_KEY_FIELD, sealed_job_from_event
 from rollout_sdk.errors import ConfigurationError, StoreError
 from rollout_sdk.local.invoke import invoke, load_event
 from rollout_sdk.store.record import RecordState, RolloutRecord
+from rollout_sdk.telemetry import Metric
 from rollout_sdk.testing.standin import Fault, TrainGateStandIn
 from rollout_sdk.testing.threads import ServerThread
 from testkit.durable import SimClock, TurnModel, close_runner
@@ -160,10 +161,20 @@ def test_a_40_minute_rollout_runs_across_invocations_each_turn_asked_once(rig: R
         rig.runtime.run(rig.runtime.recovery.redrive())
 
     rig.between = between
+    counted: list[Metric] = []
+    count = rig.runtime.telemetry.count
+
+    def counting(metric: Metric, value: float = 1, /, **dimensions: str) -> None:
+        counted.append(metric)
+        count(metric, value, **dimensions)
+
+    rig.runtime.telemetry.count = counting
     result = rig.run(handed_off)
 
     assert result.status is InvocationStatus.SUCCEEDED, result.error
     assert json.loads(result.result)["state"] == "DELIVERED"
+    # One rollout started and finished, however many invocations it took.
+    assert counted.count(Metric.ROLLOUTS_STARTED) == counted.count(Metric.ROLLOUTS_FINISHED) == 1
     assert rig.invocations >= 4
     assert _suspensions(result) == rig.invocations - 1
     assert all(state == "RUNNING" for state, _, _ in gaps)
