@@ -30,17 +30,10 @@ from testkit.lambda_endpoint import DurableLambda
 from testkit.wait import wait_until
 
 from .conftest import CALLBACK_KEY, ROOT
+from .test_durable_worker import DURABLE
 
 pytestmark = pytest.mark.timeout(120)
 
-DURABLE = {
-    "DURABLE_WORKER": "true",
-    "AGENT_LOOP": "testkit.durable:long_agent",
-    "WORKER_TIMEOUT_SECONDS": "600",
-    "OSMOSIS_ROLLOUT_SERVER_REQUEST_TIMEOUT_SECONDS": "7200",
-    "OSMOSIS_ROLLOUT_CLIENT_RETRY_BASE_DELAY": "0",
-    "OSMOSIS_ROLLOUT_CLIENT_RETRY_MAX_DELAY": "0",
-}
 TURNS = 6
 #: The turn whose chat call hangs, and whose invocation is killed meanwhile.
 CUT_TURN = 3
