@@ -12,7 +12,8 @@ the other.
   policies SAM adds, and the AWS managed policies (:data:`MANAGED_POLICIES`).
 - :meth:`Stack.service_needs` is the allowlist of what the Lambda service itself does with a
   function's role: logs, network interfaces, tracing, the asynchronous destinations, the event
-  source mappings. Those are checked as granted, and never reported as unused.
+  source mappings, and a durable function's checkpoints. Those are checked as granted, and
+  never reported as unused.
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ IDENTIFIERS = (
     "QueueUrl",
     "KeyId",
     "SecretId",
+    # An invoke that starts a durable execution names it; IAM checks it as any invoke
+    # (lambda:InvokeFunction on FunctionName), but the test asserts the hand-off named it.
+    "DurableExecutionName",
 )
 
 
@@ -364,6 +368,16 @@ NETWORK_INTERFACE_ACTIONS = (
     "ec2:UnassignPrivateIpAddresses",
 )
 
+#: What the durable execution SDK in a durable function's code (``DurableConfig``) calls with the
+#: function's role on the execution it runs (an ARN under the function's, qualified by version:
+#: FUNCTION:VERSION/durable-execution/NAME/ID), to read its log and record each operation
+#: (docs.aws.amazon.com/lambda/latest/dg/durable-security.html). Not a boto3 call the test
+#: records (the testing SDK's runner serves them in memory): part of the allowlist.
+DURABLE_EXECUTION_ACTIONS = (
+    "lambda:CheckpointDurableExecution",
+    "lambda:GetDurableExecutionState",
+)
+
 #: AWS managed policies SAM attaches, as the managed-policy reference lists them
 #: (https://docs.aws.amazon.com/aws-managed-policy/latest/reference/<name>.html). They hold
 #: only what the Lambda service uses with the role; a policy not listed here fails the test.
@@ -393,6 +407,20 @@ MANAGED_POLICIES: dict[str, list[tuple[tuple[str, ...], tuple[str, ...]]]] = {
                 "xray:GetSamplingRules",
                 "xray:GetSamplingTargets",
                 "xray:GetSamplingStatisticSummaries",
+            ),
+            ("*",),
+        ),
+    ],
+    # SAM attaches it, in place of AWSLambdaBasicExecutionRole, to a function with DurableConfig.
+    # Its document as AWS publishes it:
+    # docs.aws.amazon.com/aws-managed-policy/latest/reference/AWSLambdaBasicDurableExecutionRolePolicy.html
+    "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicDurableExecutionRolePolicy": [
+        (
+            (
+                "logs:CreateLogGroup",
+                "logs:CreateLogStream",
+                "logs:PutLogEvents",
+                *DURABLE_EXECUTION_ACTIONS,
             ),
             ("*",),
         ),
@@ -687,6 +715,12 @@ class Stack:
             Need("logs:CreateLogStream", stream, "Lambda: logs"),
             Need("logs:PutLogEvents", stream, "Lambda: logs"),
         ]
+        if "DurableConfig" in props:
+            execution = f"{function_arn(name)}:1/durable-execution/rollout-1/0123456789abcdef"
+            needs += [
+                Need(action, execution, "Lambda: the durable execution's checkpoints")
+                for action in DURABLE_EXECUTION_ACTIONS
+            ]
         if "VpcConfig" in props:  # whenever SubnetIds may put it in a VPC
             needs += [
                 Need(action, "*", "Lambda: network interfaces in the VPC (SubnetIds)")

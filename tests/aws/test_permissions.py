@@ -3,14 +3,16 @@
 Every function's handler runs, through handler.py against moto's server, on every code path:
 the happy path, an agent error, a kit failure, a failed hand-off and its release, large
 payloads through S3, status and cancel, the server-key secret (created and given), the failure
-destination, a queue batch, dead letters and the re-drive, in both HandOff modes, and the
-upgrade's backfill of the due index in a deploy with BackfillDueIndex=true. Every boto3
+destination, a queue batch, dead letters and the re-drive, in both HandOff modes and with
+DurableWorker=true (its rollouts run on DurableWorkerFunction, through the durable execution
+testing SDK's runner), and the upgrade's backfill of the due index in a deploy with
+BackfillDueIndex=true. Every boto3
 client made while they run records each AWS call (:class:`~tests.aws.permissions.Recorder`);
 each call is mapped to the IAM actions AWS checks and their resource ARNs
 (:data:`~tests.aws.permissions.OPERATIONS`) and judged against that function's role in
 template.yaml as the SAM translator of the deployment tools' own venv (.venv-sam) expands it,
 under the scenario's parameter values. What the Lambda service itself does with a role (logs,
-network interfaces, destinations, queue polling) is an allowlist
+network interfaces, destinations, queue polling, a durable function's checkpoints) is an allowlist
 (:meth:`~tests.aws.permissions.Stack.service_needs`), checked as granted and never trimmed.
 
 The tests: every call is allowed; the service's needs are granted; no statement grants an action
@@ -19,6 +21,8 @@ template makes the check fail (translated again without it, every statement in t
 Issue 20: no role may scan the table unless BackfillDueIndex=true, and then only the re-drive's;
 the backfill runs on moto under IAM's answer as the recorder enforces it (refused, naming the
 parameter, without the grant); the payload bucket's policy refuses every request not over TLS.
+Issue 25: the durable worker's role, as SAM translates it with DurableWorker=true, grants its
+checkpoints (the managed policy), and the hand-offs name its alias.
 Run with ``-s`` to see the tables.
 """
 
@@ -31,7 +35,7 @@ import sys
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,8 +43,12 @@ from typing import Any
 
 import botocore.session
 import pytest
+from aws_durable_execution_sdk_python.lambda_service import InvocationStatus
+from aws_durable_execution_sdk_python_testing.runner import DurableFunctionTestRunner
 from botocore.exceptions import ClientError
 
+from rollout_sdk.dispatch.aws_lambda import execution_name
+from rollout_sdk.dispatch.sealed import SEALED_KEY_FIELD
 from rollout_sdk.local.emulator import LocalResources, load_template, local_client, provision
 from rollout_sdk.local.invoke import (
     Invocation,
@@ -61,6 +69,7 @@ from testkit.records import park_due_now
 from .conftest import CALLBACK_KEY, ROOT, SERVER_KEY
 from .permissions import (
     ALIAS,
+    DURABLE_EXECUTION_ACTIONS,
     Call,
     Need,
     Recorder,
@@ -69,6 +78,7 @@ from .permissions import (
     action_matches,
     denied_by,
     function_arn,
+    identifiers,
     key_arn,
     needs_of,
     queue_arn,
@@ -90,17 +100,26 @@ TIMEOUTS = {
     "RedriveFunction": 600,
     "QueueWorkerFunction": 900,
     "DeadLetterFunction": 300,
+    "DurableWorkerFunction": 900,  # each invocation (WorkerTimeout at most)
 }
+DURABLE = {"HandOff": "direct", "DurableWorker": "true"}
+DURABLE_POLICY = "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicDurableExecutionRolePolicy"
+BASIC_POLICY = "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"
 NO_KEY = object()  # an init body without api_key
 BACKFILL = {"backfill_due_index": True}  # the re-drive's one-off invocation after an upgrade
 
 # ---------------------------------------------------------------------- the SAM translation
 
 
-def translate(*without: str, each: bool = False, template: Path = ROOT / "template.yaml") -> Any:
+def translate(
+    *without: str,
+    each: bool = False,
+    template: Path = ROOT / "template.yaml",
+    parameters: dict[str, str] | None = None,
+) -> Any:
     """``template`` (template.yaml) as the SAM translator of .venv-sam makes it (a subprocess,
-    offline: fake credentials, no IAM lookups); with ``each``, one translation per statement in
-    ``without``."""
+    offline: fake credentials, no IAM lookups), given a deploy's ``parameters``; with ``each``,
+    one translation per statement in ``without``."""
     if not SAM_PYTHON.exists():
         pytest.fail(
             "the permission test needs the deployment tools' venv: make .venv-sam/.installed"
@@ -110,6 +129,8 @@ def translate(*without: str, each: bool = False, template: Path = ROOT / "templa
         args += ["--without", name]
     if each:
         args.append("--each")
+    for name, value in (parameters or {}).items():
+        args += ["--parameter", f"{name}={value}"]
     done = subprocess.run(
         args,
         capture_output=True,
@@ -176,10 +197,16 @@ class Rig:
     recorder: Recorder
     names: dict[str, dict[str, str]]  # the template's logical ids -> what they are called here
     scenario: str = ""
+    #: DurableWorker=true: the testing SDK's runner of DurableWorkerFunction's executions.
+    runner: DurableFunctionTestRunner | None = None
 
     @property
     def runtime(self) -> Any:
         return self.module.runtime
+
+    @property
+    def durable(self) -> bool:
+        return self.parameters.get("DurableWorker") == "true"
 
     def call(self, function: str, event: Any) -> Invocation:
         with self.recorder.running(self.mode, self.scenario, function):
@@ -204,7 +231,28 @@ class Rig:
             messages = self.received()
             return [self.call("QueueWorkerFunction", batch(messages)).result] if messages else []
         events = jobs.dispatched if isinstance(jobs, Invocation) else jobs
+        if self.durable:
+            return self.run_durable(events)
         return [self.call("WorkerFunction", event).result for event in events]
+
+    def run_durable(self, events: list[dict[str, Any]]) -> list[Any]:
+        """DurableWorkerFunction's execution of each rollout the invokes started, to its end,
+        through the testing SDK's runner (a handler call per invocation, the checkpoints in its
+        memory, durable waits skipped). Lambda starts one execution per name: a second invoke of
+        a rollout's (a duplicate init's, the re-drive's of one already started) starts none."""
+        assert self.runner is not None, "deployed with DurableWorker=true only"
+        executions: dict[str, dict[str, Any]] = {}
+        for event in events:
+            executions.setdefault(execution_name(event["rollout_id"]), event)
+        results = []
+        with self.recorder.running(self.mode, self.scenario, "DurableWorkerFunction"):
+            for name, event in executions.items():
+                result = self.runner.run(
+                    input=json.dumps(event), execution_timeout=120, execution_name=name
+                )
+                assert result.status is InvocationStatus.SUCCEEDED, (name, result.error)
+                results.append(json.loads(result.result or "null"))
+        return results
 
     def record(self, rollout_id: str) -> Any:
         return self.runtime.run(self.runtime.store.get(rollout_id, now=time.time()))
@@ -262,24 +310,47 @@ class Rig:
 
 @contextmanager
 def failing(
-    client: Any, operation: str, code: str = "ThrottlingException", *, times: int = 0
+    client: Any,
+    operation: str,
+    code: str = "ThrottlingException",
+    *,
+    times: int = 0,
+    when: Callable[[Mapping[str, Any]], bool] | None = None,
 ) -> Iterator[None]:
     """``operation`` (``lambda.Invoke``) of ``client`` fails as AWS's would (every time, or the
-    first ``times``) while this lasts; the call is made (and recorded) before it fails."""
+    first ``times``; only the calls whose parameters ``when`` picks, if given) while this
+    lasts; the call is made (and recorded) before it fails."""
     left = [times]
 
-    def fail(**_: Any) -> None:
+    def fail(params: Mapping[str, Any] | None = None, **_: Any) -> None:
+        if when is not None and not when(params or {}):
+            return
         if times and left[0] <= 0:
             return
         left[0] -= 1
         raise ClientError({"Error": {"Code": code, "Message": "injected"}}, operation.split(".")[1])
 
-    event = f"before-call.{operation}"
+    # The call's parameters as given (the recorder, attached first, has recorded it).
+    event = f"before-{'parameter-build' if when else 'call'}.{operation}"
     client.meta.events.register(event, fail)
     try:
         yield
     finally:
         client.meta.events.unregister(event, fail)
+
+
+@contextmanager
+def durable_runner(handler: Callable[[Any, Any], Any]) -> Iterator[DurableFunctionTestRunner]:
+    """The testing SDK's runner of ``handler``'s durable executions, closed after."""
+    runner = DurableFunctionTestRunner(handler, skip_time=True)
+    try:
+        yield runner
+    finally:
+        runner.close()  # type: ignore[no-untyped-call]
+        # Its close() (aws-durable-execution-sdk-python-testing 1.4.0) stops the scheduler's
+        # event loop without closing it: closed here, or the loop's ResourceWarning (an error
+        # under filterwarnings) fails whichever test the garbage collector meets it in.
+        runner._scheduler._loop.close()
 
 
 # ---------------------------------------------------------------------- the scenarios
@@ -324,7 +395,9 @@ def common_paths(rig: Rig, p: str) -> None:
         rig.runtime.clients.dynamodb, "dynamodb.UpdateItem", "InternalServerError", times=1
     ):
         rig.run_worker(job)
-    assert rig.reports(f"{p}kit") == ["ERROR"]
+    # The durable worker's claim is a step with the SDK's retries: the store's failure is
+    # retried (durably), and the rollout runs.
+    assert rig.reports(f"{p}kit") == ["COMPLETED" if rig.durable else "ERROR"]
 
     scenario(rig, "failed hand-off and release")
     with failing(*api_dispatch):
@@ -493,6 +566,63 @@ def queue_paths(rig: Rig) -> None:
     assert rig.record("q-dead-parked").sealed_key is not None
 
 
+def durable_paths(rig: Rig) -> None:
+    """DurableWorker=true (with HandOff=direct): every rollout a durable execution of
+    DurableWorkerFunction, which the API function's invoke of its alias starts (and the
+    re-drive's, of a rollout handed off again), named after the rollout, the key sealed."""
+    common_paths(rig, "u-")
+    alias = rig.names["DurableWorkerFunctionAlias" + ALIAS]["Ref"]
+
+    scenario(rig, "durable: a duplicate init, Lambda answering that the execution exists")
+    first = rig.init("u-started")
+    (started,) = first.dispatched
+    assert started.get(SEALED_KEY_FIELD) and "api_key" not in started, started
+    with failing(
+        rig.runtime.clients.lambda_, "lambda.Invoke", "DurableExecutionAlreadyStartedException"
+    ):
+        again = rig.init("u-started")  # 202: the rollout's one execution has it
+    assert again.dispatched == []
+    (result,) = rig.run_worker(first)
+    assert result["state"] == "DELIVERED", result
+    assert rig.reports("u-started") == ["COMPLETED"]
+
+    scenario(rig, "durable: a kit failure after the claim settles the rollout")
+
+    # The final response cannot be stored, nor the ERROR in its place: the worker's failure
+    # settles the rollout from the record it reads.
+    def finishing(params: Mapping[str, Any]) -> bool:
+        return {"S": "FINISHED"} in params.get("ExpressionAttributeValues", {}).values()
+
+    job = rig.init("u-kit-late")
+    dynamodb = rig.runtime.clients.dynamodb
+    with failing(dynamodb, "dynamodb.UpdateItem", "InternalServerError", times=2, when=finishing):
+        (result,) = rig.run_worker(job)
+    assert rig.reports("u-kit-late") == ["ERROR"], result
+
+    scenario(rig, "re-drive: a durable rollout handed off again runs")
+    rid = "u-again-runs"
+    rig.init(rid)  # its execution never starts
+    with failing(rig.runtime.clients.lambda_, "lambda.Invoke"):
+        rig.init(rid)  # 202: the key sealed into the record, for the re-drive
+    now = time.time()
+    rig.rewrite(rid, lease_until=now - 1, due_at=now - 1)
+    handed = rig.call("RedriveFunction", load_event(EVENTS / "redrive.json"))
+    assert handed.result["handed_off"] == 1, handed.result
+    (redriven,) = handed.dispatched
+    assert redriven.get(SEALED_KEY_FIELD) and "api_key" not in redriven, redriven
+    (result,) = rig.run_worker(handed)
+    assert result["state"] == "DELIVERED", result
+    assert rig.reports(rid) == ["COMPLETED"]
+
+    # Every hand-off (the API function's, the re-drive's) started the durable worker's
+    # execution through its alias, named after the rollout.
+    invokes = [c for c in rig.recorder.calls if c.mode == rig.mode and c.name == "lambda.Invoke"]
+    assert {c.function for c in invokes} == {"ApiFunction", "RedriveFunction"}
+    assert {c.params["FunctionName"] for c in invokes} == {alias}
+    names = {c.params.get("DurableExecutionName") for c in invokes}
+    assert None not in names and {execution_name("u-started"), execution_name(rid)} <= names
+
+
 def given_secret_paths(rig: Rig) -> None:
     scenario(rig, "server key, given secret")
     rig.call("ApiFunction", load_event(EVENTS / "platform-health.json"))
@@ -505,9 +635,15 @@ def given_secret_paths(rig: Rig) -> None:
 
 
 def physical_names(
-    resources: LocalResources, endpoint: str, prefix: str, given_secret: str | None
+    resources: LocalResources,
+    endpoint: str,
+    prefix: str,
+    given_secret: str | None,
+    worker: str = "WorkerFunction",
 ) -> dict[str, dict[str, str]]:
-    """The template's logical ids -> what the scenario's resources are called (Ref, Arn)."""
+    """The template's logical ids -> what the scenario's resources are called (Ref, Arn);
+    ``worker``: the function the emulator's provisioned worker (whose alias the hand-offs
+    invoke) stands for."""
     sqs = local_client("sqs", endpoint)
     policy = sqs.get_queue_attributes(
         QueueUrl=resources.queue_url, AttributeNames=["RedrivePolicy"]
@@ -530,7 +666,7 @@ def physical_names(
     else:  # a parameter, not a resource: only the report's labels use this name
         names["ServerKeySecretArn"] = {"Ref": given_secret}
     for function in TIMEOUTS:
-        name = resources.worker_function if function == "WorkerFunction" else f"{prefix}-{function}"
+        name = resources.worker_function if function == worker else f"{prefix}-{function}"
         names[function] = {"Ref": name, "Arn": function_arn(name)}
         # AutoPublishAlias: the alias resource's Ref is its ARN (the emulator publishes the
         # worker's, which the API function invokes).
@@ -587,7 +723,9 @@ def deployed(
         server_key=SERVER_KEY,
         prefix=prefix,
     )
-    env = function_environment(template, "ApiFunction", resources, LOOPBACK_TRAINGATE)
+    env = function_environment(
+        template, "ApiFunction", resources, {**LOOPBACK_TRAINGATE, **parameters}
+    )
     env["HAND_OFF"] = parameters["HandOff"]
     parameters = dict(parameters)
     given = None
@@ -598,13 +736,19 @@ def deployed(
         parameters["ServerKeySecretArn"] = str(given)
     for key, value in env.items():
         mp.setenv(key, value)
-    names = physical_names(resources, moto_endpoint, prefix, given)
+    durable = parameters.get("DurableWorker") == "true"
+    worker = "DurableWorkerFunction" if durable else "WorkerFunction"
+    names = physical_names(resources, moto_endpoint, prefix, given, worker)
     module = import_handler(env)
     rig = Rig(mode, parameters, module, resources, traingate, url, recorder, names)
     try:
         module.runtime.settings.client.retry_base_delay = 0.01
         module.runtime.settings.client.retry_max_delay = 0.02
-        yield rig
+        if durable:
+            with durable_runner(module.durable_worker) as rig.runner:
+                yield rig
+        else:
+            yield rig
     finally:
         module.runtime.close()
         sys.modules.pop("handler", None)
@@ -620,6 +764,7 @@ def recording(moto_endpoint: str) -> Iterator[Recording]:
         ("queue", {"HandOff": "queue"}, queue_paths),
         ("direct, given secret", {"HandOff": "direct"}, given_secret_paths),
         ("direct, backfill", {"HandOff": "direct", "BackfillDueIndex": "true"}, backfill_paths),
+        ("durable", DURABLE, durable_paths),
     ]
     with recorded_clients(recorder) as mp, ServerThread(traingate.app) as server:
         for mode, parameters, paths in sets:
@@ -634,6 +779,12 @@ def recording(moto_endpoint: str) -> Iterator[Recording]:
 @pytest.fixture(scope="module")
 def translated() -> Any:
     return translate()
+
+
+@pytest.fixture(scope="module")
+def translated_durable() -> Any:
+    """The translation a deploy with DurableWorker=true gets."""
+    return translate(parameters=DURABLE)
 
 
 @dataclass
@@ -687,8 +838,10 @@ def test_every_call_each_function_makes_is_allowed_by_its_role(
     ran = {(c.mode, c.function) for c in recording.recorder.calls}
     direct = {"ApiFunction", "WorkerFunction", "WorkerFailureFunction", "RedriveFunction"}
     queue = {"ApiFunction", "QueueWorkerFunction", "DeadLetterFunction", "RedriveFunction"}
+    durable = {"ApiFunction", "DurableWorkerFunction", "RedriveFunction"}
     assert {f for m, f in ran if m == "direct"} == direct
     assert {f for m, f in ran if m == "queue"} == queue
+    assert {f for m, f in ran if m == "durable"} == durable
 
     table: dict[str, dict[tuple[str, str, str, str], set[str]]] = defaultdict(
         lambda: defaultdict(set)
@@ -722,6 +875,8 @@ def test_what_the_lambda_service_does_with_each_role_is_granted(
     service = [v for v in result.verdicts if v[2] is None]
     assert any(v.need.action == "lambda:InvokeFunction" for _, v, _ in service)  # the destination
     assert any(v.need.action == "sqs:ReceiveMessage" for _, v, _ in service)  # queue polling
+    checkpoints = {v.need.action for _, v, _ in service if v.function == "DurableWorkerFunction"}
+    assert set(DURABLE_EXECUTION_ACTIONS) <= checkpoints
     rows: dict[tuple[str, str, str], set[str]] = defaultdict(set)
     for _mode, verdict, _ in service:
         statements = ", ".join(sorted({g.label for g in verdict.allowed_by})) or "DENIED"
@@ -733,14 +888,22 @@ def test_what_the_lambda_service_does_with_each_role_is_granted(
     assert denied == []
 
 
+def deployment(parameters: dict[str, str]) -> str:
+    """The kind of deploy a scenario set's parameter values make, as the unused-grant check
+    tells them apart: its HandOff, and DurableWorker=true (another worker, its hand-offs)."""
+    kind = f"HandOff={parameters['HandOff']}"
+    return kind + (", DurableWorker=true" if parameters.get("DurableWorker") == "true" else "")
+
+
 def unused_grants(recording: Recording, translated: Any) -> list[str]:
-    """Each action on each resource of a statement, in a HandOff mode in which its function
-    runs, that no call and no service need of that mode used (each scenario set resolves the
-    statement to its own resources: a statement is the same one by its label and position)."""
+    """Each action on each resource of a statement, in a kind of deploy (:func:`deployment`) in
+    which its function runs, that no call and no service need of that kind used (each scenario
+    set resolves the statement to its own resources: a statement is the same one by its label
+    and position)."""
     result = check(recording, translated)
     used: set[tuple[str, str, str, str, int]] = set()
     for mode, verdict, _ in result.verdicts:
-        hand_off = recording.rigs[mode][0]["HandOff"]
+        hand_off = deployment(recording.rigs[mode][0])
         for grant in verdict.allowed_by:
             for action in grant.actions:
                 for index, resource in enumerate(grant.resources):
@@ -750,14 +913,16 @@ def unused_grants(recording: Recording, translated: Any) -> list[str]:
                     ):
                         used.add((hand_off, grant.function, grant.label, action, index))
     invoked = recording.recorder.invoked
-    ran = {(recording.rigs[mode][0]["HandOff"], function) for mode, function in invoked}
+    ran = {(deployment(recording.rigs[mode][0]), function) for mode, function in invoked}
     unused = set()
     for parameters, names in recording.rigs.values():
-        hand_off = parameters["HandOff"]
+        hand_off = deployment(parameters)
         stack = Stack(translated, parameters, names)
         for function in stack.functions():
             if (hand_off, function) not in ran:
-                continue  # deployed, never invoked in this mode (the direct worker, with queue)
+                # Deployed, never invoked in this kind of deploy (the direct worker, with
+                # queue; the plain worker and its failure destination, with the durable one).
+                continue
             for grant in stack.grants(function):
                 if grant.source == "managed":
                     continue  # the Lambda service's own; never trimmed
@@ -765,9 +930,7 @@ def unused_grants(recording: Recording, translated: Any) -> list[str]:
                     for index, resource in enumerate(grant.resources):
                         if (hand_off, function, grant.label, action, index) not in used:
                             where = resource_label(resource, names)
-                            unused.add(
-                                f"HandOff={hand_off}: {function} {grant.label}: {action} on {where}"
-                            )
+                            unused.add(f"{hand_off}: {function} {grant.label}: {action} on {where}")
     return sorted(unused)
 
 
@@ -841,6 +1004,70 @@ def test_only_the_redrive_may_scan_and_only_with_backfill_due_index_true(
             else []
         )
         assert scans == expected, given
+
+
+def test_the_durable_worker_role_grants_its_checkpoints_on_its_own_arn(
+    translated: Any, translated_durable: Any
+) -> None:
+    """issue 25: with DurableWorker=true, SAM gives DurableWorkerFunction's role the managed
+    policy AWSLambdaBasicDurableExecutionRolePolicy in place of AWSLambdaBasicExecutionRole:
+    the durable execution SDK's checkpoints, on the function's own executions (an allowlisted
+    service need, judged granted by that policy alone). No statement of the template grants
+    them, to any role. The hand-offs name the durable worker's alias, and the re-drive may seal
+    the key of what it hands off again; with DurableWorker=false, none of it."""
+    # The recording's durable scenario set is judged against ``translated``: what SAM makes
+    # of the template with DurableWorker=true is that same document.
+    assert translated_durable == translated
+    parameter = translated_durable["Parameters"]["DurableWorker"]
+    assert (parameter["Default"], parameter["AllowedValues"]) == ("false", ["false", "true"])
+    durable_policy = "managed:" + DURABLE_POLICY.rsplit("/", 1)[1]
+    for given in ({}, {"DurableWorker": "false"}, {"DurableWorker": "true"}):
+        durable = given.get("DurableWorker") == "true"
+        stack = stack_named_by_ids(translated_durable, HandOff="direct", **given)
+        functions = stack.functions()
+        assert ("DurableWorkerFunction" in functions) == durable, given
+        granting = {
+            (function, grant.label)
+            for function in functions
+            for grant in stack.grants(function)
+            if any(action_matches(a, d) for a in grant.actions for d in DURABLE_EXECUTION_ACTIONS)
+        }
+        assert granting == ({("DurableWorkerFunction", durable_policy)} if durable else set())
+        worker = "DurableWorkerFunction" if durable else "WorkerFunction"
+        alias = stack.value({"Ref": f"{worker}Alias{ALIAS}"})
+        hand_offs = {
+            (function, grant.label): grant.resources
+            for function in ("ApiFunction", "RedriveFunction")
+            for grant in stack.grants(function)
+            if grant.label in ("HandOff", "HandOffAgain")
+        }
+        assert hand_offs == {
+            ("ApiFunction", "HandOff"): (alias,),
+            ("RedriveFunction", "HandOffAgain"): (alias,),
+        }, given
+        key = stack.value({"Fn::GetAtt": ["CallbackKeyKey", "Arn"]})
+        seals = [
+            g.resources for g in stack.grants("RedriveFunction") if g.label == "SealQueuedKeys"
+        ]
+        assert seals == ([(key,)] if durable else []), given
+        for function in ("WorkerFunction", *(["DurableWorkerFunction"] if durable else [])):
+            role = translated_durable["Resources"][stack.role_of(function)]["Properties"]
+            managed = stack.value(role["ManagedPolicyArns"])
+            kept, instead = (
+                (DURABLE_POLICY, BASIC_POLICY)
+                if function == "DurableWorkerFunction"
+                else (BASIC_POLICY, DURABLE_POLICY)
+            )
+            assert kept in managed and instead not in managed, (function, managed)
+        if not durable:
+            continue
+        arn = str(stack.value({"Fn::GetAtt": [worker, "Arn"]}))
+        needs = [n for n in stack.service_needs(worker) if n.action in DURABLE_EXECUTION_ACTIONS]
+        assert sorted(n.action for n in needs) == sorted(DURABLE_EXECUTION_ACTIONS)
+        assert all(n.resource.startswith(f"{arn}:") for n in needs), needs  # its executions
+        own = [*needs, *(Need(a, arn, "the function") for a in DURABLE_EXECUTION_ACTIONS)]
+        for verdict in stack.judge(worker, own):
+            assert [g.label for g in verdict.allowed_by] == [durable_policy], verdict
 
 
 @pytest.mark.parametrize("grant", ["false", "true"])
@@ -962,6 +1189,13 @@ def test_the_operation_table_checks_what_aws_checks() -> None:
     assert needs("lambda", "Invoke", FunctionName="w") == [
         ("lambda:InvokeFunction", function_arn("w"))
     ]
+    # Starting a durable execution is an invoke, checked on the (qualified) function it names.
+    alias = f"{function_arn('w')}:{ALIAS}"
+    started = identifiers(
+        "Invoke", {"FunctionName": alias, "DurableExecutionName": "r", "Payload": b""}
+    )
+    assert started == {"FunctionName": alias, "DurableExecutionName": "r"}
+    assert needs("lambda", "Invoke", **started) == [("lambda:InvokeFunction", alias)]
     with pytest.raises(KeyError, match="OPERATIONS"):
         needs("dynamodb", "DescribeTable", TableName="t")
     assert resource_matches("arn:aws:s3:::b/*", "arn:aws:s3:::b/k/1")
