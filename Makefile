@@ -128,14 +128,36 @@ endef
 
 # The dependency layer: everything under python/, as Lambda expects a Python layer.
 LAYER_SITE = $(ARTIFACTS_DIR)/python
-define dependency_layer
+# A layer's packages: the requirement files $(1), for the runtime's platform and Python.
+define layer_install
 	mkdir -p "$(LAYER_SITE)"
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check --no-compile \
 		--platform $(LAMBDA_PLATFORM) --implementation cp --python-version $(LAMBDA_PYTHON) \
-		--only-binary=:all: --target "$(LAYER_SITE)" \
-		-c constraints.txt -r infra/requirements-lambda.txt -r requirements.txt \
-		$(if $(MCP_FOLDER),-r infra/requirements-mcp.txt)
+		--only-binary=:all: --target "$(LAYER_SITE)" -c constraints.txt $(1)
 	rm -rf "$(LAYER_SITE)"/*.dist-info/RECORD "$(LAYER_SITE)/bin"
+endef
+
+# What botocore brings and the Lambda Python runtime provides (with boto3): urllib3,
+# python-dateutil and six. No layer ships them.
+define drop_runtime_provided
+	rm -rf "$(LAYER_SITE)"/urllib3 "$(LAYER_SITE)"/urllib3-*.dist-info \
+		"$(LAYER_SITE)"/dateutil "$(LAYER_SITE)"/python_dateutil-*.dist-info \
+		"$(LAYER_SITE)"/six.py "$(LAYER_SITE)"/six-*.dist-info
+endef
+
+# Every layer's last steps: no type stubs or test folders of dependencies, package metadata
+# without its long description (what importlib.metadata reads, names, versions, requirements
+# and entry points, stays), stripped extensions, and bytecode by the runtime's Python.
+define layer_finish
+	find "$(LAYER_SITE)" \( -name '*.pyi' -o -name 'py.typed' \) -delete
+	find "$(LAYER_SITE)" -mindepth 2 -type d \( -name tests -o -name __pycache__ \) -prune -exec rm -rf {} +
+	$(PYTHON) -c 'import pathlib, sys; [p.write_text(p.read_text(encoding="utf-8").split("\n\n", 1)[0] + "\n", encoding="utf-8") for p in pathlib.Path(sys.argv[1]).glob("*.dist-info/METADATA")]' "$(LAYER_SITE)"
+	find "$(LAYER_SITE)" -name '*.so' -exec strip --strip-unneeded {} + 2>/dev/null || true
+	$(call compile_for_lambda,$(LAYER_SITE))
+endef
+
+define dependency_layer
+	$(call layer_install,-r infra/requirements-lambda.txt -r requirements.txt $(if $(MCP_FOLDER),-r infra/requirements-mcp.txt))
 	# botocore's data of the services the kit calls, as /opt/botocore-data, from the botocore
 	# the Lambda runtime has: LAMBDA_BOTOCORE names its version (a deployed function logs it
 	# when the two differ), else the one just installed (constraints.txt's). The kit's clients
@@ -145,14 +167,10 @@ define dependency_layer
 	rm -rf "$(ARTIFACTS_DIR)/.botocore"
 	# aws-xray-sdk requires botocore, which brings urllib3, python-dateutil and six: the Lambda
 	# Python runtime provides all four (with boto3), so the layer does not ship them (22 MB).
-	rm -rf "$(LAYER_SITE)"/botocore "$(LAYER_SITE)"/botocore-*.dist-info \
-		"$(LAYER_SITE)"/urllib3 "$(LAYER_SITE)"/urllib3-*.dist-info \
-		"$(LAYER_SITE)"/dateutil "$(LAYER_SITE)"/python_dateutil-*.dist-info \
-		"$(LAYER_SITE)"/six.py "$(LAYER_SITE)"/six-*.dist-info
-	# Only what runs: no type stubs, no test folders of dependencies, stripped extensions, and
-	# not Powertools' event_handler (2 MB; the API is FastAPI behind Mangum, never imported).
-	find "$(LAYER_SITE)" \( -name '*.pyi' -o -name 'py.typed' \) -delete
-	find "$(LAYER_SITE)" -mindepth 2 -type d \( -name tests -o -name __pycache__ \) -prune -exec rm -rf {} +
+	rm -rf "$(LAYER_SITE)"/botocore "$(LAYER_SITE)"/botocore-*.dist-info
+	$(drop_runtime_provided)
+	# Only what runs: not Powertools' event_handler (2 MB; the API is FastAPI behind Mangum,
+	# never imported).
 	rm -rf "$(LAYER_SITE)/aws_lambda_powertools/event_handler"
 	# Nor what only development tools load, or what cannot import without a package the layer
 	# does not ship: the test helpers of anyio, Starlette and pydantic's mypy plugin; anyio's trio
@@ -181,15 +199,29 @@ define dependency_layer
 	find "$(LAYER_SITE)" -type f \( -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' \
 		-o -name '*.c' -o -name '*.h' -o -name '*.cpp' \) -delete
 	rm -rf "$(LAYER_SITE)"/*.dist-info/sboms
-	# Package metadata keeps its headers (what importlib.metadata reads: names, versions, entry
-	# points stay in their own files) and drops the long description after them.
-	$(PYTHON) -c 'import pathlib, sys; [p.write_text(p.read_text(encoding="utf-8").split("\n\n", 1)[0] + "\n", encoding="utf-8") for p in pathlib.Path(sys.argv[1]).glob("*.dist-info/METADATA")]' "$(LAYER_SITE)"
-	find "$(LAYER_SITE)" -name '*.so' -exec strip --strip-unneeded {} + 2>/dev/null || true
-	$(call compile_for_lambda,$(LAYER_SITE))
+	$(layer_finish)
+endef
+
+# DurableWorker=true (template.yaml's DurableSdkLayer, carried by the durable worker, and by the
+# API and re-drive functions, which start its executions): AWS's durable execution SDK with the
+# boto3 and botocore constraints.txt pins (the SDK needs 1.43.114 or newer), botocore's data
+# whole (an agent's own clients may call any service) but for its documentation examples
+# (1.6 MB). The kit's clients read the dependency layer's botocore-data, built from the same
+# pinned botocore, so they skip botocore's endpoint data here as elsewhere. SAM builds this
+# layer whatever DurableWorker is (sam build does not evaluate conditions); a deploy with it
+# off creates no layer and uploads it nowhere.
+define durable_sdk_layer
+	$(call layer_install,-r infra/requirements-durable.txt)
+	$(drop_runtime_provided)
+	find "$(LAYER_SITE)/botocore/data" -name 'examples-1.json' -delete
+	$(layer_finish)
 endef
 
 build-DependenciesLayer:
 	$(dependency_layer)
+
+build-DurableSdkLayer:
+	$(durable_sdk_layer)
 
 build-ApiFunction:
 	$(function_artifact)
@@ -240,4 +272,4 @@ build-lambda: $(SAM_VENV)/.installed
 package: $(STAMP) build-lambda
 	$(BIN)/python -m bench.package --build-dir .aws-sam/build --python python$(LAMBDA_PYTHON)
 
-.PHONY: package build-DependenciesLayer build-ApiFunction build-WorkerFunction build-DurableWorkerFunction build-WorkerFailureFunction build-RedriveFunction build-QueueWorkerFunction build-DeadLetterFunction template-check build-lambda
+.PHONY: package build-DependenciesLayer build-DurableSdkLayer build-ApiFunction build-WorkerFunction build-DurableWorkerFunction build-WorkerFailureFunction build-RedriveFunction build-QueueWorkerFunction build-DeadLetterFunction template-check build-lambda

@@ -4,7 +4,12 @@ Python, with boto3 beside it as the Lambda runtime provides it (boto3 is not in 
 A function's artifact is its own code plus the layers it carries (:mod:`testkit.artifact`): the
 budget is theirs together, and the import checks run with the code and each layer's python/ on
 the path in Lambda's order. The dependencies are in the one DependenciesLayer: a function whose
-code folder holds anything but the kit's and the agent's code fails.
+code folder holds anything but the kit's and the agent's code fails. Each function is checked as
+each deploy set (:data:`DEPLOY_SETS`) has it: with HandOff=queue the queue's functions exist,
+and with DurableWorker=true the durable worker exists and it, the API and the re-drive carry the
+DurableSdkLayer too (the durable execution SDK with the boto3 and botocore it needs: the only
+layer that may ship them, under its own goal, :data:`DURABLE_GOAL_BYTES`), where the import check
+also finds the SDK and that layer's boto3.
 
 Each artifact must hold only what runs on Lambda: no local tooling or test helpers
 (:data:`LOCAL_ONLY`), and its process must load none of them, nor sqlite3, both after
@@ -27,13 +32,23 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from testkit.artifact import Artifact, built_functions
+from testkit.artifact import DURABLE_SDK_LAYER, Artifact, built_functions
 from testkit.aws import FAKE_AWS
 from testkit.imports import ImportProbe, probe_import
 
 #: A function's code plus its layers, unzipped, with bytecode compiled by the runtime's Python
 #: ("at most 25 MB"; the older 15 MB goal assumed no bytecode).
 GOAL_BYTES = 25_000_000
+#: A function that carries the DurableSdkLayer (DurableWorker=true): the goal above plus the
+#: layer's own, 30 MB, for botocore (21 MB, its data whole but for documentation examples: an
+#: agent's own clients may call any service), boto3 and the SDK; Lambda's own limit is 250 MB.
+DURABLE_GOAL_BYTES = GOAL_BYTES + 30_000_000
+#: The template parameters of each deploy set checked (the functions and layers it deploys).
+DEPLOY_SETS: dict[str, dict[str, str]] = {
+    "default": {},
+    "HandOff=queue": {"HandOff": "queue"},
+    "DurableWorker=true": {"DurableWorker": "true"},
+}
 #: What a fresh process prints when it exits: how many modules it compiled from source (none,
 #: when the artifact's bytecode is complete and valid for the runtime's Python).
 COMPILED_MARK = "compiled-from-source:"
@@ -105,6 +120,29 @@ def biggest(path: Path, count: int = 8) -> list[tuple[str, int]]:
     """The largest top-level entries of an artifact."""
     sizes = [(p.name, tree_bytes(p) if p.is_dir() else p.stat().st_size) for p in path.iterdir()]
     return sorted(sizes, key=lambda item: -item[1])[:count]
+
+
+def deployed_artifacts(build_dir: Path) -> list[tuple[Artifact, list[str]]]:
+    """Each distinct (function, layers) of every deploy set, with the sets that deploy it."""
+    found: dict[tuple[str, tuple[Path, ...]], tuple[Artifact, list[str]]] = {}
+    for label, parameters in DEPLOY_SETS.items():
+        for artifact in built_functions(build_dir, parameters):
+            entry = found.setdefault((artifact.name, artifact.layers), (artifact, []))
+            entry[1].append(label)
+    return list(found.values())
+
+
+def is_durable(artifact: Artifact) -> bool:
+    """Whether ``artifact`` carries the DurableSdkLayer."""
+    return any(layer.name == DURABLE_SDK_LAYER for layer in artifact.layers)
+
+
+def shipped_boto3(artifact: Artifact) -> bool:
+    """Whether boto3 or botocore is in the code or a layer other than the DurableSdkLayer."""
+    places = [artifact.code] + [
+        layer / "python" for layer in artifact.layers if layer.name != DURABLE_SDK_LAYER
+    ]
+    return any((place / name).exists() for place in places for name in ("boto3", "botocore"))
 
 
 def runtime_boto3(python: str, cache: Path) -> Path:
@@ -218,7 +256,8 @@ def main() -> int:
     parser.add_argument("--python", default="python3.13")
     args = parser.parse_args()
     build_dir = args.build_dir.resolve()
-    artifacts = built_functions(build_dir)
+    deployed = deployed_artifacts(build_dir)
+    artifacts = [artifact for artifact, _ in deployed]
     if not artifacts:
         print(
             f"no artifacts under {args.build_dir} (or no template.yaml there): run "
@@ -232,6 +271,8 @@ def main() -> int:
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "python": args.python,
         "goal_bytes": GOAL_BYTES,
+        "durable_goal_bytes": DURABLE_GOAL_BYTES,
+        "deploy_sets": DEPLOY_SETS,
         "layers": {
             layer.name: {"bytes": size, "zipped_bytes": zipped, "largest": biggest(layer)}
             for layer, (size, zipped) in layers.items()
@@ -245,17 +286,20 @@ def main() -> int:
         top = ", ".join(f"{name} {n / 1e6:.1f}" for name, n in biggest(layer / "python", 4))
         print(
             f"layer {layer.name}: {size:,} bytes ({size / 2**20:.2f} MiB, zipped "
-            f"{zipped / 2**20:.2f} MiB), built and uploaded once for every function; {top}"
+            f"{zipped / 2**20:.2f} MiB), built and uploaded once; {top}"
         )
     print(
-        f"{'function':<24}{'code':>11}{'+ layers':>12}{'MiB':>8}{'zip MiB':>8}  src  boto3  "
+        f"{'function':<44}{'code':>11}{'+ layers':>12}{'MiB':>8}{'zip MiB':>8}  src  boto3  "
         "import  largest entries of its code"
     )
-    for artifact in artifacts:
+    for artifact, sets in deployed:
+        durable = is_durable(artifact)
+        row = artifact.name + (f" ({', '.join(sets)})" if sets != list(DEPLOY_SETS) else "")
+        goal = DURABLE_GOAL_BYTES if durable else GOAL_BYTES
         code_size = tree_bytes(artifact.code)
         size = code_size + sum(layers[layer][0] for layer in artifact.layers)
         zipped = zipped_bytes(artifact.code) + sum(layers[layer][1] for layer in artifact.layers)
-        has_boto3 = artifact.holds("boto3") or artifact.holds("botocore")
+        has_boto3 = shipped_boto3(artifact)
         shipped = shipped_local_files(artifact)
         foreign = artifact.foreign_code_entries()
         if settings_ms is None:  # the same dependencies in every artifact: measured once
@@ -263,6 +307,19 @@ def main() -> int:
         probes = {
             "import handler": import_check(args.python, artifact, boto3_dir, "import handler")
         }
+        if durable:
+            # The durable worker's own entry imports the SDK at its cold start, and boto3 must be
+            # the layer's, not the runtime's (the check also refuses one older than it needs).
+            layer_site = next(p for p in artifact.path_entries if DURABLE_SDK_LAYER in str(p))
+            probes["the durable SDK and the layer's boto3"] = import_check(
+                args.python,
+                artifact,
+                boto3_dir,
+                "import os; os.environ['_HANDLER'] = 'handler.durable_worker'\n"
+                "import handler, boto3, aws_durable_execution_sdk_python\n"
+                "import rollout_sdk.aws.handlers.durable\n"
+                f"assert boto3.__file__.startswith({str(layer_site)!r}), boto3.__file__",
+            )
         if artifact.name in EVENTS:
             entry, event_file = EVENTS[artifact.name]
             event = (ROOT / "events" / event_file).read_text(encoding="utf-8")
@@ -302,7 +359,7 @@ def main() -> int:
         if not artifact.layers:
             notes.append(f"{artifact.name}: carries no layer: where are its dependencies?")
         within = (
-            size <= GOAL_BYTES
+            size <= goal
             and compiled == 0
             and not has_boto3
             and all(probe.ok for probe in probes.values())
@@ -315,11 +372,13 @@ def main() -> int:
         ok &= within
         top = ", ".join(f"{name} {n / 1e6:.2f}" for name, n in biggest(artifact.code, 3))
         print(
-            f"{artifact.name:<24}{code_size:>11,}{size:>12,}{size / 2**20:>8.2f}"
+            f"{row:<44}{code_size:>11,}{size:>12,}{size / 2**20:>8.2f}"
             f"{zipped / 2**20:>8.2f}  {compiled:>3}  {'yes' if has_boto3 else 'no':<5}  "
             f"{f'{imported.seconds:.2f}s' if imported.ok else 'FAIL':<6}  {top}"
         )
-        report["functions"][artifact.name] = {  # type: ignore[index]
+        report["functions"][row] = {  # type: ignore[index]
+            "deploy_sets": sets,
+            "goal_bytes": goal,
             "code_bytes": code_size,
             "bytes": size,
             "zipped_bytes": zipped,
@@ -357,8 +416,9 @@ def main() -> int:
     verdict = "PASS" if ok else "FAIL"
     print(
         f"{verdict}: goal at most {GOAL_BYTES:,} bytes per function unzipped (its code plus its "
-        "layers), the dependencies in the layer alone, no module compiled from source at "
-        "import (src), no boto3, imports cleanly, no local tooling shipped or loaded, no sqlite3"
+        f"layers; {DURABLE_GOAL_BYTES:,} with the DurableSdkLayer), the dependencies in the "
+        "layers alone, no module compiled from source at import (src), no boto3 outside the "
+        "DurableSdkLayer, imports cleanly, no local tooling shipped or loaded, no sqlite3"
     )
     return 0 if ok else 1
 

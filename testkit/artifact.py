@@ -8,8 +8,9 @@ names a path under ``/opt`` (the template's ``ROLLOUT_SDK_BOTOCORE_DATA``) names
 layer's folder (:meth:`Artifact.environment`).
 
 The layers of a function are read from the template ``sam build`` wrote beside the artifacts
-(its ``Layers``, or the ``Globals`` ones, each a ``Ref`` to a layer of the template), so what is
-measured is what the template deploys.
+(the ``Globals`` ones, then its own ``Layers``, as SAM adds them, each a ``Ref`` to a layer of
+the template, conditions resolved under the parameters given), so what is measured is what the
+template deploys.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from testkit import REPO_ROOT
 
 #: The layer every function carries (template.yaml, the Makefile's build-DependenciesLayer).
 DEPENDENCIES_LAYER = "DependenciesLayer"
+#: DurableWorker=true: the durable execution SDK with its boto3 and botocore, carried by the
+#: durable worker and the functions that start its executions (build-DurableSdkLayer).
+DURABLE_SDK_LAYER = "DurableSdkLayer"
 #: Where a Python layer keeps its packages (what Lambda puts on the path, as /opt/python).
 LAYER_SITE = "python"
 #: What a function's own artifact may hold at its top level: the kit's code and the agent's
@@ -81,30 +85,90 @@ def _resources(template: Mapping[str, Any]) -> dict[str, Any]:
     return resources
 
 
-def _layer_refs(template: Mapping[str, Any], function: str) -> list[str]:
+def _conditions(template: Mapping[str, Any], parameters: Mapping[str, str]) -> dict[str, bool]:
+    """Each of the template's conditions under ``parameters`` (the others at their defaults):
+    the subset of CloudFormation's condition functions the template uses (Equals of a
+    parameter and a literal, Not, And, Or, Condition)."""
+    declared: Mapping[str, Any] = template.get("Parameters") or {}
+    unknown = set(parameters) - set(declared)
+    if unknown:
+        raise KeyError(f"the template has no parameters {sorted(unknown)}")
+    values = {
+        name: str(parameters.get(name, spec.get("Default", ""))) for name, spec in declared.items()
+    }
+    definitions: Mapping[str, Any] = template.get("Conditions") or {}
+    found: dict[str, bool] = {}
+
+    def operand(node: Any) -> str:
+        if isinstance(node, Mapping) and set(node) == {"Ref"}:
+            return values[node["Ref"]]
+        return str(node)
+
+    def test(node: Any) -> bool:
+        ((fn, args),) = node.items()
+        if fn == "Fn::Equals":
+            return operand(args[0]) == operand(args[1])
+        if fn == "Fn::Not":
+            return not test(args[0])
+        if fn == "Fn::And":
+            return all(test(a) for a in args)
+        if fn == "Fn::Or":
+            return any(test(a) for a in args)
+        if fn == "Condition":
+            return condition(args)
+        raise ValueError(f"cannot evaluate the condition {node!r}")
+
+    def condition(name: str) -> bool:
+        if name not in found:
+            found[name] = test(definitions[name])
+        return found[name]
+
+    for name in definitions:
+        condition(name)
+    return found
+
+
+def _layer_refs(
+    template: Mapping[str, Any], function: str, conditions: Mapping[str, bool]
+) -> list[str]:
+    """The layers ``function`` carries, as SAM gives them: the Globals' list, then the
+    function's own (SAM adds lists), each ``Fn::If`` item resolved and ``AWS::NoValue`` gone."""
     properties = _resources(template)[function].get("Properties") or {}
-    layers = properties.get("Layers")
-    if layers is None:
-        layers = ((template.get("Globals") or {}).get("Function") or {}).get("Layers") or []
-    return [entry["Ref"] for entry in layers if isinstance(entry, dict) and "Ref" in entry]
+    entries = [
+        *(((template.get("Globals") or {}).get("Function") or {}).get("Layers") or []),
+        *(properties.get("Layers") or []),
+    ]
+    refs = []
+    for entry in entries:
+        chosen = entry
+        while isinstance(chosen, dict) and "Fn::If" in chosen:
+            name, when_true, when_false = chosen["Fn::If"]
+            chosen = when_true if conditions[name] else when_false
+        if isinstance(chosen, dict) and "Ref" in chosen and chosen["Ref"] != "AWS::NoValue":
+            refs.append(chosen["Ref"])
+    return refs
 
 
-def built_functions(build_dir: Path) -> list[Artifact]:
-    """Every function ``sam build`` wrote into ``build_dir``, with its layers (from the
-    template it wrote there); empty when nothing was built."""
+def built_functions(build_dir: Path, parameters: Mapping[str, str] | None = None) -> list[Artifact]:
+    """Every function ``sam build`` wrote into ``build_dir`` that the stack has under the
+    template ``parameters`` (a function whose ``Condition`` is false is left out), with its
+    layers (from the template it wrote there); empty when nothing was built."""
     from rollout_sdk.local.emulator import load_template
 
     built_template = build_dir / "template.yaml"
     if not built_template.exists():
         return []
     template = load_template(built_template)
+    conditions = _conditions(template, parameters or {})
     resources = _resources(template)
     artifacts = []
     for name, resource in sorted(resources.items()):
         if resource.get("Type") != FUNCTION or not (build_dir / name).is_dir():
             continue
+        if "Condition" in resource and not conditions[resource["Condition"]]:
+            continue
         layers = []
-        for ref in _layer_refs(template, name):
+        for ref in _layer_refs(template, name, conditions):
             layer = resources.get(ref) or {}
             if layer.get("Type") == LAYER:
                 layers.append(build_dir / str((layer.get("Properties") or {})["ContentUri"]))

@@ -298,6 +298,9 @@ class DurableWorker:
 
     @cached_property
     def _handler(self) -> Callable[[Any, Any], Any]:
+        from rollout_sdk.aws.durable_sdk import durable_sdk
+
+        durable_sdk()  # refused, naming the fix, where the SDK or its boto3 is missing
         from aws_durable_execution_sdk_python import durable_execution
 
         return durable_execution(self._execution, boto3_client=self.runtime.clients.lambda_)

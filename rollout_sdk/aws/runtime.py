@@ -392,6 +392,9 @@ class LambdaRuntime:
                     "DURABLE_WORKER is true but CALLBACK_KEY_KMS_KEY_ID is not set: the durable "
                     "execution's input carries the callback key sealed with that KMS key"
                 )
+            from rollout_sdk.aws.durable_sdk import require_durable_invoke
+
+            require_durable_invoke(self.clients.lambda_)
             return DurableLambdaDispatcher(
                 function, client=self.clients.lambda_, vault=self.vault, cost_share=carried
             )

@@ -6,8 +6,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rollout_sdk.aws.durable_sdk import durable_sdk
+
 if TYPE_CHECKING:
     from rollout_sdk.aws.runtime import InvocationContext, LambdaRuntime
+
+# At the cold start (handler.py imports this module then): the SDK's import is part of the
+# init (and of a SnapStart snapshot), and a function without it fails its init with a message
+# that names the fix, before any rollout's invocation.
+durable_sdk()
 
 
 def handle(runtime: LambdaRuntime, event: Any, context: InvocationContext | None) -> Any:
