@@ -35,6 +35,28 @@ logger = logging.getLogger("rollout_sdk.aws.clients")
 C = TypeVar("C")
 #: The services the functions call.
 Service = Literal["dynamodb", "s3", "lambda", "kms", "sqs", "secretsmanager"]
+#: The operations the functions call on each, by botocore's names: the store (and its due-index
+#: backfill), the payload bucket, the hand-off and the durable execution SDK's checkpoints
+#: (``aws_durable_execution_sdk_python.lambda_service``), the callback key's vault, the queue
+#: hand-off, and Powertools' secret read. ``infra/botocore_data.py`` cuts each service's model
+#: to these (a client on that folder has no other method); ``tests/aws/test_permissions.py``
+#: checks that every call each function makes, on every path it runs, is among them.
+OPERATIONS: dict[Service, tuple[str, ...]] = {
+    "dynamodb": (
+        "GetItem",
+        "PutItem",
+        "UpdateItem",
+        "DeleteItem",
+        "Query",
+        "Scan",
+        "TransactWriteItems",
+    ),
+    "s3": ("PutObject", "GetObject"),
+    "lambda": ("Invoke", "CheckpointDurableExecution", "GetDurableExecutionState"),
+    "kms": ("Encrypt", "Decrypt"),
+    "sqs": ("SendMessage",),
+    "secretsmanager": ("GetSecretValue",),
+}
 
 
 class _Client(Generic[C]):

@@ -66,6 +66,7 @@ from rollout_sdk.testing.threads import ServerThread
 from testkit.aws import fake_aws_env
 from testkit.records import park_due_now
 
+from . import permissions
 from .conftest import CALLBACK_KEY, ROOT, SERVER_KEY
 from .permissions import (
     ALIAS,
@@ -866,6 +867,34 @@ def test_every_call_each_function_makes_is_allowed_by_its_role(
 
     denied = [describe(m, v, c, recording.rigs[m][1]) for m, v, c in result.denied if c is not None]
     assert denied == []
+
+
+def test_every_call_is_an_operation_the_kits_botocore_data_keeps(recording: Recording) -> None:
+    """The kit's clients read service models cut to OPERATIONS (infra/botocore_data.py), where
+    any other operation is no method at all: every call each function made, on every path above,
+    must be one of them. So must every call the durable execution SDK makes through the kit's
+    Lambda client (its checkpoints run in the testing runner's service here, not recorded)."""
+    import re
+
+    from aws_durable_execution_sdk_python import lambda_service
+    from botocore import xform_name
+
+    from rollout_sdk.aws.clients import OPERATIONS
+
+    made = {(c.service, c.operation) for c in recording.recorder.calls}
+    assert made, "nothing was recorded"
+    kept = {(service, op) for service, ops in OPERATIONS.items() for op in ops}
+    assert made - kept == set()
+    sdk_calls = set(
+        re.findall(r"self\.client\.([a-z_]+)\(", Path(lambda_service.__file__).read_text())
+    )
+    assert sdk_calls, "the SDK's Lambda calls were not found where they were"
+    assert sdk_calls <= {xform_name(op) for op in OPERATIONS["lambda"]}
+    # Each kept operation is one the permission table knows (so its grants are checked), but
+    # the SDK's checkpoints, which the managed policy grants (checked on the durable worker's own
+    # ARN by test_the_durable_worker_role_grants_its_checkpoints_on_its_own_arn).
+    checkpoints = {("lambda", action.split(":")[1]) for action in DURABLE_EXECUTION_ACTIONS}
+    assert kept - set(permissions.OPERATIONS) == checkpoints
 
 
 def test_what_the_lambda_service_does_with_each_role_is_granted(
