@@ -85,6 +85,9 @@ class FailureCategory(StrEnum):
     #: recorded at that position (the agent's code is not deterministic outside its steps, or
     #: changed under an execution in flight): nothing of the diverging turn reached TrainGate.
     REPLAY_DIVERGED = "replay_diverged"
+    #: On the durable worker, the execution's history had no room for another turn (Lambda
+    #: keeps at most 25,000 operations per execution): the rollout ends with what it did.
+    HISTORY_FULL = "history_full"
 
     @property
     def retryable(self) -> bool:
@@ -97,6 +100,8 @@ class FailureCategory(StrEnum):
             # The same request leads to the same address, and the same server's answers.
             FailureCategory.OUTBOUND_REFUSED,
             FailureCategory.ANSWER_TOO_LARGE,
+            # The same agent takes as many turns again.
+            FailureCategory.HISTORY_FULL,
         )
 
     @property
@@ -199,6 +204,15 @@ class ReplayDiverged(OsmosisRolloutError):
     at the same position; the rollout ends ERROR (``replay_diverged``)."""
 
     category = FailureCategory.REPLAY_DIVERGED
+    ends_rollout = True
+
+
+class RolloutHistoryFull(OsmosisRolloutError):
+    """Raised inside ``ctx.chat`` (or ``ctx.step``) on the durable worker when the execution's
+    history has no room left for the step and a suspension after it: the worker reports the
+    rollout (``history_full``) with the conversation so far, whatever the agent does with it."""
+
+    category = FailureCategory.HISTORY_FULL
     ends_rollout = True
 
 

@@ -199,6 +199,12 @@ class LambdaSettings(BaseSettings):
     #: The template's DurableWorker: rollouts run on the durable worker function, one durable
     #: execution each, across as many invocations as they need (rollout_sdk/aws/durable.py).
     durable_worker: bool = Field(False, validation_alias="DURABLE_WORKER")
+    #: The operations a durable execution's history may hold (Lambda's limit, 25,000): the
+    #: durable worker ends a rollout ``history_full`` before its next step would leave no room
+    #: for a suspension. Lower it to test that path, or to bound a rollout's turns.
+    durable_max_operations: int = Field(
+        25_000, ge=10, le=25_000, validation_alias="DURABLE_MAX_OPERATIONS"
+    )
     queue_url: str | None = Field(None, validation_alias="QUEUE_URL")
     callback_key_kms_key_id: str | None = Field(None, validation_alias="CALLBACK_KEY_KMS_KEY_ID")
     worker_timeout_seconds: float = Field(

@@ -19,6 +19,7 @@ from rollout_sdk.errors import (
     RolloutCancelled,
     RolloutDeadlineReached,
     RolloutError,
+    RolloutHistoryFull,
 )
 from rollout_sdk.protocol import (
     CompletionsResponse,
@@ -79,8 +80,8 @@ class CompletionsResult:
 
 
 #: What a journal raises instead of asking (the rollout was cancelled, its deadline passed, a
-#: replay diverged): not counted as a chat call.
-_NOT_ASKED = (RolloutCancelled, RolloutDeadlineReached, ReplayDiverged)
+#: replay diverged, the execution's history is full): not counted as a chat call.
+_NOT_ASKED = (RolloutCancelled, RolloutDeadlineReached, ReplayDiverged, RolloutHistoryFull)
 
 
 class RolloutLLMClient:

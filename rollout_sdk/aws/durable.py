@@ -47,6 +47,7 @@ from rollout_sdk.errors import (
     RolloutCancelled,
     RolloutDeadlineReached,
     RolloutError,
+    RolloutHistoryFull,
 )
 from rollout_sdk.protocol import CompletionsResponse
 from rollout_sdk.stack import LambdaFunction
@@ -80,14 +81,21 @@ REPLAY_GRACE_SECONDS = 60
 #: turn so far, if more), else the invocation suspends and the turn starts in the next.
 MIN_TURN_RESERVE_SECONDS = 30
 
+#: Operations a new step must leave room for: itself, then a suspension (its step and its
+#: wait), so that the execution can always suspend or end within Lambda's history limit.
+STEP_ROOM = 3
+#: The operations every execution makes beside its steps and waits: the claim.
+FIXED_OPERATIONS = 1
+
 #: The journal's outcome kinds, as recorded in a step's result.
-ASKED, RAISED, SUSPEND, CUT, DEADLINE, CANCELLED = (
+ASKED, RAISED, SUSPEND, CUT, DEADLINE, CANCELLED, HISTORY_FULL = (
     "asked",
     "raised",
     "suspend",
     "cut",
     "deadline",
     "cancelled",
+    "history_full",
 )
 
 
@@ -111,6 +119,7 @@ class DurableJournal:
         rollout_ends_at: float,
         deadline_seconds: float,
         hold_suspended: Callable[[], Awaitable[None]],
+        max_operations: int = 25_000,
     ) -> None:
         from aws_durable_execution_sdk_python.config import StepConfig
         from aws_durable_execution_sdk_python.retries import RetryDecision
@@ -134,9 +143,18 @@ class DurableJournal:
         #: Steps done in this invocation, and steps returned from the record.
         self.done_now = 0
         self.replayed = 0
+        #: Durable waits met (each suspension's, replayed or new).
+        self.waits = 0
+        self.max_operations = max_operations
 
     def bind(self, cancelled: asyncio.Event) -> None:
         self._cancelled = cancelled
+
+    @property
+    def operations(self) -> int:
+        """The operations of the execution's history so far: the claim, every step met, every
+        wait (the same count in every replay up to the same point)."""
+        return FIXED_OPERATIONS + self.replayed + self.done_now + self.waits
 
     # ------------------------------------------------------------------ the Journal protocol
 
@@ -192,6 +210,15 @@ class DurableJournal:
                     raise rebuild_error(outcome["error"])
                 if kind == CANCELLED:
                     raise RolloutCancelled("rollout cancelled")
+                if kind == HISTORY_FULL:
+                    self._end(
+                        RolloutHistoryFull(
+                            f"the durable execution's history is full: {outcome['operations']} "
+                            f"of its {self.max_operations} operations used, and a step needs "
+                            f"room for {STEP_ROOM} (Lambda keeps at most 25,000 per execution; "
+                            "DURABLE_MAX_OPERATIONS): the rollout ends with what it did"
+                        )
+                    )
                 if kind == DEADLINE:
                     self._end(
                         RolloutDeadlineReached(
@@ -253,6 +280,8 @@ class DurableJournal:
             return {**base, "kind": CANCELLED}
         if now >= self.rollout_ends_at:
             return {**base, "kind": DEADLINE}
+        if self.operations + STEP_ROOM > self.max_operations:
+            return {**base, "kind": HISTORY_FULL, "operations": self.operations}
         reserve = max(MIN_TURN_RESERVE_SECONDS, 2 * self._longest_turn)
         if now + reserve > self.invocation_ends_at:
             return {**base, "kind": SUSPEND}
@@ -284,6 +313,7 @@ class DurableJournal:
 
         if fresh:
             await self._hold_suspended()
+        self.waits += 1
         await asyncio.to_thread(
             self._ctx.wait, Duration.from_seconds(SUSPEND_WAIT_SECONDS), "suspend"
         )
@@ -372,6 +402,7 @@ class DurableWorker:
             rollout_ends_at=rollout_ends_at,
             deadline_seconds=budget,
             hold_suspended=lambda: self._hold_suspended(job),
+            max_operations=aws.durable_max_operations,
         )
         left = max(rollout_ends_at - runtime.clock(), REPLAY_GRACE_SECONDS)
         # The record as re-claimed, but dated from the claim: the rollout's duration (a metric)

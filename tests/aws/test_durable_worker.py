@@ -47,6 +47,8 @@ DURABLE = {
     "OSMOSIS_ROLLOUT_CLIENT_RETRY_BASE_DELAY": "0",
     "OSMOSIS_ROLLOUT_CLIENT_RETRY_MAX_DELAY": "0",
 }
+#: The history test's: room for 20 operations in the execution's history (Lambda's is 25,000).
+SMALL_HISTORY = {**DURABLE, "DURABLE_MAX_OPERATIONS": "20"}
 #: The deadline test's: 20 simulated minutes for a rollout of 40 one-minute turns.
 SHORT_DEADLINE = {**DURABLE, "OSMOSIS_ROLLOUT_SERVER_REQUEST_TIMEOUT_SECONDS": "1200"}
 TURNS = 40
@@ -294,6 +296,31 @@ def test_the_deadline_spans_invocations_and_sends_the_partial_trajectory(rig: Ri
     turns = len(rig.asked("deadline-1"))
     assert turns == 20  # 20 one-minute turns fit in the 20-minute deadline
     assert len(report["final_messages"]) == PROMPT + 2 * turns - 1
+
+
+@pytest.mark.parametrize("handler", [SMALL_HISTORY], indirect=True)
+def test_a_full_history_ends_the_rollout_once_with_its_trajectory_so_far(rig: Rig) -> None:
+    handed_off = rig.init("history-1")
+    result = rig.run(handed_off)
+
+    assert result.status is InvocationStatus.SUCCEEDED, result.error
+    assert rig.invocations >= 2  # the count spans invocations (replays count the same)
+    # The history stayed inside its bound: every operation the execution made.
+    assert 0 < len(result.operations) <= 20
+    (report,) = rig.reports("history-1")
+    assert report["status"] == "ERROR" and _category(report) == "history_full"
+    assert "history is full" in report["error_message"]
+    turns = len(rig.asked("history-1"))
+    assert 0 < turns < TURNS
+    assert len(rig.asked("history-1")) == len(set(rig.asked("history-1")))  # each asked once
+    assert len(report["final_messages"]) == PROMPT + 2 * turns - 1
+    assert report["reward"] is None
+    assert rig.record("history-1").state is RecordState.DELIVERED
+    # What the docs count (docs/aws.md, "Its guarantees and limits"): the claim, a step per
+    # chat turn and per ctx.step (a "note" every tenth turn), two per suspension (the step it
+    # stopped at and its wait), and the step that found the history full.
+    suspensions = rig.invocations - 1
+    assert len(result.operations) == 1 + turns + turns // 10 + 2 * suspensions + 1
 
 
 @pytest.mark.parametrize("handler", [DURABLE], indirect=True)
