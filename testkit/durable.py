@@ -44,6 +44,12 @@ class TurnModel:
     clock: SimClock
     turn_seconds: float = 60.0
     calls: int = field(default=0)
+    #: Turns whose answer carries ``big_bytes`` more characters (a long completion).
+    big_turns: frozenset[int] = frozenset()
+    big_bytes: int = 0
+
+    def _content(self, turn: int) -> str:
+        return f"turn {turn}" + (" " + "x" * self.big_bytes if turn in self.big_turns else "")
 
     def reply(self, body: dict[str, Any]) -> dict[str, Any]:
         self.clock.advance(self.turn_seconds)
@@ -58,7 +64,7 @@ class TurnModel:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": f"turn {turn}"},
+                    "message": {"role": "assistant", "content": self._content(turn)},
                     "finish_reason": "stop",
                 }
             ],

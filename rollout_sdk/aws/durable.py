@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 
     from aws_durable_execution_sdk_python import DurableContext
     from aws_durable_execution_sdk_python.config import StepConfig
+    from aws_durable_execution_sdk_python.serdes import SerDes
 
     from rollout_sdk.aws.runtime import InvocationContext, LambdaRuntime
     from rollout_sdk.dispatch.base import Job
@@ -120,6 +121,7 @@ class DurableJournal:
         deadline_seconds: float,
         hold_suspended: Callable[[], Awaitable[None]],
         max_operations: int = 25_000,
+        serdes: SerDes[Any] | None = None,
     ) -> None:
         from aws_durable_execution_sdk_python.config import StepConfig
         from aws_durable_execution_sdk_python.retries import RetryDecision
@@ -132,8 +134,10 @@ class DurableJournal:
         self.deadline_seconds = deadline_seconds
         self._hold_suspended = hold_suspended
         # No retries: a step's work never raises (its failure is its recorded outcome).
+        # ``serdes``: how each result is checkpointed (a large one in the payload bucket:
+        # rollout_sdk/aws/checkpoints.py); the SDK's JSON envelope without one.
         self._config: StepConfig = StepConfig(
-            retry_strategy=lambda _error, _attempts: RetryDecision.no_retry()
+            retry_strategy=lambda _error, _attempts: RetryDecision.no_retry(), serdes=serdes
         )
         self._cancelled: asyncio.Event | None = None
         self._busy = False
@@ -385,6 +389,8 @@ class DurableWorker:
     async def _invocation(
         self, ctx: DurableContext, queued: QueuedJob, claimed_at: float, started: float
     ) -> dict[str, Any]:
+        from rollout_sdk.aws.checkpoints import CheckpointSerDes
+
         runtime = self.runtime
         job = queued.job
         record = await self._reclaim(job, queued.sealed_api_key)
@@ -403,6 +409,11 @@ class DurableWorker:
             deadline_seconds=budget,
             hold_suspended=lambda: self._hold_suspended(job),
             max_operations=aws.durable_max_operations,
+            serdes=CheckpointSerDes(
+                rollout_id=job.rollout_id,
+                s3=lambda: runtime.clients.s3,
+                bucket=aws.payload_bucket,
+            ),
         )
         left = max(rollout_ends_at - runtime.clock(), REPLAY_GRACE_SECONDS)
         # The record as re-claimed, but dated from the claim: the rollout's duration (a metric)

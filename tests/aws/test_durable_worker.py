@@ -110,6 +110,19 @@ class Rig:
         finally:
             close_runner(runner)
 
+    def on_the_plain_worker(self, rollout_id: str, turns: int = TURNS) -> dict[str, Any]:
+        """The same agent's rollout on the plain worker (one invocation): its one report."""
+        self.init(rollout_id, turns=turns)
+        plain = invoke(
+            self.handler,
+            "WorkerFunction",
+            {"rollout_id": rollout_id, "attempt": 1, "api_key": CALLBACK_KEY},
+            timeout_seconds=900,
+        )
+        assert plain.result["state"] == "DELIVERED"
+        (report,) = self.reports(rollout_id)
+        return report
+
     def record(self, rollout_id: str) -> RolloutRecord:
         record: RolloutRecord | None = self.runtime.run(
             self.runtime.store.get(rollout_id, now=self.clock())
@@ -192,16 +205,7 @@ def test_a_40_minute_rollout_runs_across_invocations_each_turn_asked_once(rig: R
     assert report["metrics"]["num_llm_calls"] == TURNS
 
     # The same agent on the plain worker says the same.
-    rig.init("plain-1")
-    plain = invoke(
-        rig.handler,
-        "WorkerFunction",
-        {"rollout_id": "plain-1", "attempt": 1, "api_key": CALLBACK_KEY},
-        timeout_seconds=900,
-    )
-    assert plain.result["state"] == "DELIVERED"
-    (plain_report,) = rig.reports("plain-1")
-    assert report["final_messages"] == plain_report["final_messages"]
+    assert report["final_messages"] == rig.on_the_plain_worker("plain-1")["final_messages"]
     assert len(report["final_messages"]) == PROMPT + 2 * TURNS
 
     # The key never sits in clear in the execution's history: input and step results.
@@ -296,6 +300,39 @@ def test_the_deadline_spans_invocations_and_sends_the_partial_trajectory(rig: Ri
     turns = len(rig.asked("deadline-1"))
     assert turns == 20  # 20 one-minute turns fit in the 20-minute deadline
     assert len(report["final_messages"]) == PROMPT + 2 * turns - 1
+
+
+@pytest.mark.parametrize("handler", [DURABLE], indirect=True)
+def test_an_answer_over_the_checkpoint_limit_goes_through_the_payload_bucket(rig: Rig) -> None:
+    """Lambda takes at most 256 KB per checkpoint (the testing runner does not check it): the
+    300 KB answer of turn 2 is kept in the payload bucket, its checkpoint a reference, and the
+    replays of later invocations read it back: the rollout ends as on the plain worker."""
+    big = 300_000
+    rig.traingate.model = TurnModel(rig.clock, big_turns=frozenset({2}), big_bytes=big)
+    s3 = rig.runtime.clients.s3
+    gets: list[str] = []
+    s3.meta.events.register(
+        "before-parameter-build.s3.GetObject", lambda params, **_: gets.append(params["Key"])
+    )
+    turns = 12
+    handed_off = rig.init("big-1", turns=turns)
+    result = rig.run(handed_off)
+
+    assert result.status is InvocationStatus.SUCCEEDED, result.error
+    assert rig.invocations >= 2  # a replay after turn 2 had to read the answer back
+    payloads = [op.result for op in result.operations if getattr(op, "result", None)]
+    assert payloads and all(len(str(p).encode()) < 256 * 1024 for p in payloads)
+    bucket = rig.runtime.aws.payload_bucket
+    stored = s3.list_objects_v2(Bucket=bucket, Prefix="checkpoints/").get("Contents", [])
+    assert len(stored) == 1  # the one big answer, once: replays read it, never store it again
+    assert gets.count(stored[0]["Key"]) == rig.invocations - 1  # once per replaying invocation
+    assert rig.traingate.chat_count("big-1") == turns  # each turn asked once
+    (report,) = rig.reports("big-1")
+    assert report["status"] == "COMPLETED"
+    assert len(report["final_messages"][PROMPT + 2]["content"]) > big  # turn 2's answer
+
+    plain = rig.on_the_plain_worker("big-plain", turns=turns)
+    assert report["final_messages"] == plain["final_messages"]
 
 
 @pytest.mark.parametrize("handler", [SMALL_HISTORY], indirect=True)

@@ -600,6 +600,36 @@ def durable_paths(rig: Rig) -> None:
         (result,) = rig.run_worker(job)
     assert rig.reports("u-kit-late") == ["ERROR"], result
 
+    scenario(rig, "durable: an answer over the checkpoint limit kept in the payload bucket")
+    rid = "u-big-answer"
+    scripted = rig.traingate.model
+
+    class Padded:
+        """The scripted model, its answers to this rollout 300 KB longer."""
+
+        def reply(self, body: dict[str, Any]) -> dict[str, Any]:
+            answer = scripted.reply(body)
+            if body.get("rollout_id") == rid:
+                message = answer["choices"][0]["message"]
+                message["content"] = (message.get("content") or "") + " " + "x" * 300_000
+            return answer
+
+    rig.traingate.model = Padded()
+    try:
+        (result,) = rig.run_worker(rig.init(rid))
+    finally:
+        rig.traingate.model = scripted
+    assert result["state"] == "DELIVERED", result
+    stored = [
+        c
+        for c in rig.recorder.calls
+        if c.mode == rig.mode
+        and c.scenario.startswith("durable: an answer")
+        and c.name == "s3.PutObject"
+    ]
+    assert {c.function for c in stored} == {"DurableWorkerFunction"}
+    assert all(str(c.params["Key"]).startswith("checkpoints/") for c in stored), stored
+
     scenario(rig, "re-drive: a durable rollout handed off again runs")
     rid = "u-again-runs"
     rig.init(rid)  # its execution never starts
