@@ -40,6 +40,9 @@ Each figure is the median of ``--runs`` runs (every run is kept in the results):
 9. the answer cap: peak memory increase and CPU of one TrainGate chat call answered with 150 MB
    (with a length, chunked, gzip), with the 32 MiB cap and, as the baseline, without it, each
    in a fresh process (:mod:`bench.answer_cap`).
+10. the durable worker's replay: the CPU of an invocation that replays 10, 50 and 200 recorded
+   chat turns through the testing SDK's runner, and how it grows with the turns
+   (:mod:`bench.durable_replay`).
 
 Results go to ``bench/results/<UTC timestamp>.json`` and ``latest.json`` (machine, date,
 versions, every figure with its runs, the goals passed or missed), the chart to ``latest.png``,
@@ -73,6 +76,7 @@ from bench.answer_cap import GOAL_PEAK_MIB as ANSWER_CAP_GOAL_PEAK_MIB
 from bench.answer_cap import lines as answer_cap_lines
 from bench.aws import cold_start_chart, cold_start_figures, cold_start_goals, cold_start_lines
 from bench.common import Figure, child_env, median, parse_result
+from bench.durable_replay import lines as durable_replay_lines
 from bench.imports import GOAL_RATIO as IMPORT_GOAL_RATIO
 from bench.imports import run_imports
 from bench.memory import MemoryRun, run_memory
@@ -381,11 +385,12 @@ def run_all(args: argparse.Namespace, clock: Clock) -> dict[str, Any]:
             + " items per pass"
         )
 
-    # 8. the parse cost of the worst init bodies, and 9. the answer cap against the uncapped
-    # read of a 150 MB answer: each case in fresh processes
+    # 8. the parse cost of the worst init bodies, 9. the answer cap against the uncapped
+    # read of a 150 MB answer, 10. the durable replay: each case in fresh processes
     for key, module, label, describe in (
         ("parse_cost", "bench.parse_cost", "parse cost", parse_cost_lines),
         ("answer_cap", "bench.answer_cap", "answer cap", answer_cap_lines),
+        ("durable_replay", "bench.durable_replay", "durable replay", durable_replay_lines),
     ):
         report = _subprocess_json([module, "--runs", str(args.runs)], 900)
         figures[key] = report
@@ -628,6 +633,7 @@ def summary(results: dict[str, Any]) -> str:
         *_author_import_line(f.get("author_import")),
         *_redrive_lines(f.get("redrive")),
         *answer_cap_lines(f.get("answer_cap") or {}),
+        *durable_replay_lines(f.get("durable_replay") or {}),
         "",
         "goals:",
     ]
