@@ -216,6 +216,11 @@ class RolloutHistoryFull(OsmosisRolloutError):
     ends_rollout = True
 
 
+class CheckpointTooLarge(RolloutError):
+    """On the durable worker, a step's result is over the checkpoint limit and no payload
+    bucket is configured to keep it (``PAYLOAD_BUCKET``; template.yaml sets it)."""
+
+
 class ReplayedError(OsmosisRolloutError):
     """On the durable worker, an exception that is not one of the kit's, raised by a recorded
     step's work, as the journal rebuilt it (in the run that recorded it as in every replay):

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from aws_durable_execution_sdk_python.serdes import ExtendedTypeSerDes, SerDes, SerDesContext
 
-from rollout_sdk.errors import RolloutError
+from rollout_sdk.errors import CheckpointTooLarge, RolloutError
 from rollout_sdk.store.dynamodb_errors import s3_translated
 
 if TYPE_CHECKING:
@@ -43,10 +43,6 @@ INLINE_LIMIT_BYTES = CHECKPOINT_LIMIT_BYTES - 16 * 1024
 REFERENCE_KEY = "rollout_sdk_checkpoint"
 #: Where the objects go in the bucket.
 PREFIX = "checkpoints"
-
-
-class CheckpointTooLarge(RolloutError):
-    """A step's result is over the checkpoint limit and no payload bucket is configured."""
 
 
 def _digest(data: bytes) -> str:

@@ -11,13 +11,8 @@ from typing import Any
 import pytest
 from aws_durable_execution_sdk_python.serdes import ExtendedTypeSerDes, SerDesContext
 
-from rollout_sdk.aws.checkpoints import (
-    INLINE_LIMIT_BYTES,
-    REFERENCE_KEY,
-    CheckpointSerDes,
-    CheckpointTooLarge,
-)
-from rollout_sdk.errors import RolloutError
+from rollout_sdk.aws.checkpoints import INLINE_LIMIT_BYTES, REFERENCE_KEY, CheckpointSerDes
+from rollout_sdk.errors import CheckpointTooLarge, RolloutError
 from rollout_sdk.local.emulator import local_client
 
 pytestmark = pytest.mark.timeout(60)
