@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from rollout_sdk.agent.journal import describe_error, fingerprint, rebuild_error, run_work
 from rollout_sdk.aws.handlers.preamble import one_rollout, ran, rejected
+from rollout_sdk.cost import meter as cost_meter
 from rollout_sdk.dispatch.sealed import sealed_job_from_event
 from rollout_sdk.errors import (
     ReplayDiverged,
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
     from aws_durable_execution_sdk_python.serdes import SerDes
 
     from rollout_sdk.aws.runtime import InvocationContext, LambdaRuntime
+    from rollout_sdk.cost.meter import RolloutMeter
     from rollout_sdk.dispatch.base import Job
     from rollout_sdk.dispatch.sealed import QueuedJob
     from rollout_sdk.store.record import RolloutRecord
@@ -122,6 +124,7 @@ class DurableJournal:
         hold_suspended: Callable[[], Awaitable[None]],
         max_operations: int = 25_000,
         serdes: SerDes[Any] | None = None,
+        meter: RolloutMeter | None = None,
     ) -> None:
         from aws_durable_execution_sdk_python.config import StepConfig
         from aws_durable_execution_sdk_python.retries import RetryDecision
@@ -150,6 +153,10 @@ class DurableJournal:
         #: Durable waits met (each suspension's, replayed or new).
         self.waits = 0
         self.max_operations = max_operations
+        #: This invocation's cost meter: each suspension records the invocation's own part,
+        #: and each later invocation carries every recorded part in as its replay meets it, so
+        #: the final estimate covers every invocation that suspended.
+        self._meter = meter
 
     def bind(self, cancelled: asyncio.Event) -> None:
         self._cancelled = cancelled
@@ -231,6 +238,8 @@ class DurableJournal:
                         )
                     )
                 # SUSPEND or CUT: this invocation ends; the next asks the step again.
+                if not outcome["fresh"] and self._meter is not None and outcome.get("usage"):
+                    self._meter.carry(outcome["usage"])  # an earlier invocation's part
                 await self._suspend(fresh=outcome["fresh"])
         finally:
             self._busy = False
@@ -288,16 +297,16 @@ class DurableJournal:
             return {**base, "kind": HISTORY_FULL, "operations": self.operations}
         reserve = max(MIN_TURN_RESERVE_SECONDS, 2 * self._longest_turn)
         if now + reserve > self.invocation_ends_at:
-            return {**base, "kind": SUSPEND}
+            return {**base, "kind": SUSPEND, **self._own_usage()}
         self._running = asyncio.current_task()
         started, timer = now, time.perf_counter()
         try:
             async with asyncio.timeout(max(0.0, self.invocation_ends_at - now)):
                 value = await work()
         except TimeoutError:
-            return {**base, "kind": CUT}
+            return {**base, "kind": CUT, **self._own_usage()}
         except asyncio.CancelledError:
-            return {**base, "kind": CUT}
+            return {**base, "kind": CUT, **self._own_usage()}
         except Exception as exc:  # recorded: the replay raises it again
             return {**base, "kind": RAISED, "error": describe_error(exc)}
         finally:
@@ -309,6 +318,12 @@ class DurableJournal:
             "took": self._clock() - started,
             "ms": (time.perf_counter() - timer) * 1000,
         }
+
+    def _own_usage(self) -> dict[str, Any]:
+        """This invocation's own cost so far, recorded with the suspension that ends it."""
+        if self._meter is None:
+            return {}
+        return {"usage": self._meter.own().to_json(compact=True)}
 
     async def _suspend(self, *, fresh: bool) -> None:
         """The durable wait after a suspension: replayed, it returns at once; new, the SDK
@@ -414,6 +429,7 @@ class DurableWorker:
                 s3=lambda: runtime.clients.s3,
                 bucket=aws.payload_bucket,
             ),
+            meter=cost_meter.current(),  # here, in the rollout's context (steps run elsewhere)
         )
         left = max(rollout_ends_at - runtime.clock(), REPLAY_GRACE_SECONDS)
         # The record as re-claimed, but dated from the claim: the rollout's duration (a metric)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from rollout_sdk.cost.guard import figure
 from rollout_sdk.cost.usage import CostEstimate, LambdaPart, Usage
-from rollout_sdk.prices import PRICES_READ
+from rollout_sdk.prices import PRICES_READ, UNITS
 
 if TYPE_CHECKING:
     from rollout_sdk.cost.usage import CostSink
@@ -127,6 +127,8 @@ class RolloutMeter:
         self.seat = seat
         self._lock = threading.Lock()
         self._counted = Usage()
+        #: What :meth:`carry` added of it (earlier functions' and invocations' parts).
+        self._carried = Usage()
         #: This meter fixed the rollout's response (so its estimate is part of this meter's).
         self.fixed = False
         #: The record's figure from before this invocation (read once, at the first write).
@@ -154,9 +156,23 @@ class RolloutMeter:
             carried = Usage.from_json(data)
             with self._lock:
                 self._counted = self._counted.plus(carried)
+                self._carried = self._carried.plus(carried)
 
-    def usage(self) -> Usage:
-        """This meter's usage so far, the invocation's time share included."""
+    def own(self) -> Usage:
+        """This invocation's own part so far: its time share and request, and the units counted
+        here, without what was carried in (a durable rollout's invocation records it at its
+        suspension, and the next invocations carry it: rollout_sdk/aws/durable.py)."""
+        with self._lock:
+            counted, carried = self._counted, self._carried
+        here = Usage(
+            units={k: counted.units.get(k, 0.0) - carried.units.get(k, 0.0) for k in UNITS},
+            dynamodb_calls=counted.dynamodb_calls - carried.dynamodb_calls,
+            dynamodb_units_assumed=counted.dynamodb_units_assumed - carried.dynamodb_units_assumed,
+        )
+        return here.plus(self._invocation_part())
+
+    def _invocation_part(self) -> Usage:
+        """The invocation's time share (and cold start's init share) and its request share."""
         inv = self.invocation
         own = Usage(
             functions={
@@ -170,6 +186,11 @@ class RolloutMeter:
             }
         )
         own.units["lambda_request"] = inv.request_share
+        return own
+
+    def usage(self) -> Usage:
+        """This meter's usage so far, the invocation's time share included."""
+        own = self._invocation_part()
         with self._lock:
             return self._counted.plus(own)
 

@@ -203,6 +203,11 @@ def test_a_40_minute_rollout_runs_across_invocations_each_turn_asked_once(rig: R
     (report,) = rig.reports("long-1")
     assert report["status"] == "COMPLETED" and report["reward"] == 1.0
     assert report["metrics"]["num_llm_calls"] == TURNS
+    # The cost estimate covers every invocation: the API's request and each durable
+    # invocation's, each suspension having recorded its own part for the next to carry.
+    cost = report["extra_fields"]["rollout_sdk"]["cost"]
+    assert cost["units"]["lambda_request"] == pytest.approx(1 + rig.invocations)
+    assert set(cost["lambda"]) == {"api", "durable-worker"}
 
     # The same agent on the plain worker says the same.
     assert report["final_messages"] == rig.on_the_plain_worker("plain-1")["final_messages"]

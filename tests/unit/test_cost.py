@@ -225,6 +225,35 @@ def test_a_malformed_carried_cost_is_left_out() -> None:
     assert set(usage.functions) == {"worker"}
 
 
+def test_an_invocations_own_part_leaves_out_what_it_carried_in() -> None:
+    """What a durable invocation records at its suspension for the next ones to carry."""
+    costs = Costs(hand_off="direct", memory_mb=512, architecture="x86_64")
+    with costs.invocation("durable-worker", seats=1), cost_meter.rollout() as meter:
+        assert meter is not None
+        meter.carry(
+            {
+                "lambda": {"api": {"seconds": 0.2, "memory_mb": 512}},
+                "units": {"lambda_request": 1, "dynamodb_write_unit": 4},
+                "dynamodb": {"calls": 2, "units_assumed": 0},
+            }
+        )
+        meter.add("kms_request", 1)
+        meter.add_dynamodb(read=0.5, write=1, assumed=False)
+        own = meter.own()
+        whole = meter.usage()
+    assert set(own.functions) == {"durable-worker"}
+    assert own.units["lambda_request"] == 1  # this invocation's request, not the API's
+    assert own.units["dynamodb_write_unit"] == 1 and own.units["kms_request"] == 1
+    assert own.units["dynamodb_read_unit"] == 0.5 and own.dynamodb_calls == 1
+    assert whole.units["dynamodb_write_unit"] == 5 and whole.units["lambda_request"] == 2
+    # Carried into the next invocation's meter, it adds up as the two did here.
+    with costs.invocation("durable-worker", seats=1), cost_meter.rollout() as later:
+        assert later is not None
+        later.carry(own.to_json(compact=True))
+        assert later.usage().units["lambda_request"] == 2
+        assert later.usage().units["dynamodb_write_unit"] == 1
+
+
 def test_http_api_requests_are_metered_in_512_kb_increments() -> None:
     assert metering.http_api_requests({"body": "{}", "headers": {"a": "b"}}) == 1
     assert metering.http_api_requests({"body": "x" * (512 * 1024)}) == 1
