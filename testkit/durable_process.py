@@ -30,11 +30,12 @@ def main(argv: list[str] | None = None) -> int:
     from aws_durable_execution_sdk_python import durable_execution
     from botocore.config import Config
 
+    from rollout_sdk.aws.handlers.durable import durable_worker
     from rollout_sdk.local.emulator import LOCAL_REGION
     from rollout_sdk.local.invoke import LocalLambdaContext, import_handler
 
     handler = import_handler({})  # the endpoint set this process's environment
-    durable = handler.runtime.durable
+    durable = durable_worker(handler.runtime)  # the one the durable entry point runs
     # The runtime's clients all share one endpoint, moto's (ROLLOUT_SDK_AWS_ENDPOINT_URL), which
     # serves DynamoDB and KMS but has no durable execution API. Here the checkpoint service is
     # the testing SDK's web runner on another port: the SDK handler the worker builds lazily

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from rollout_sdk.agent.loop import RolloutAgentLoop
-    from rollout_sdk.aws.durable import DurableWorker
     from rollout_sdk.aws.metering import Costs
     from rollout_sdk.aws.telemetry import EmfTelemetry
     from rollout_sdk.cost.usage import CostEstimate
@@ -320,14 +319,6 @@ class LambdaRuntime:
     def worker(self) -> RolloutWorker:
         """The engine's worker (the worker and queue functions run it)."""
         return self.engine.require_worker()
-
-    @cached_property
-    def durable(self) -> DurableWorker:
-        """The durable worker (its function runs it): the engine's worker, each rollout one
-        durable execution across invocations."""
-        from rollout_sdk.aws.durable import DurableWorker
-
-        return DurableWorker(self)
 
     @cached_property
     def settlement(self) -> Settlement:
