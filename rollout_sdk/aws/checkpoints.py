@@ -6,7 +6,8 @@ SDK 3.0 a larger result fails the whole execution. A chat answer with log-probab
 tool result, passes that easily. So a result whose JSON is over :data:`INLINE_LIMIT_BYTES` is
 compressed and stored in the stack's payload bucket (the one the rollout records already use
 for large values, under ``checkpoints/``), content-addressed, and the checkpoint holds only a
-small reference; a replay reads the object back, checks its digest, and returns the value. The
+small reference; a replay reads the object back, checks its digest, and returns the value
+(:mod:`rollout_sdk.store.blobs`, as the records' large values). The
 bucket's lifecycle rule (31 days) outlives every durable execution (at most a day and an hour,
 and its history one day more), so nothing a replay needs has gone.
 
@@ -20,7 +21,6 @@ serializer, is still read.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import zlib
 from collections.abc import Callable
@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from aws_durable_execution_sdk_python.serdes import ExtendedTypeSerDes, SerDes, SerDesContext
 
-from rollout_sdk.errors import CheckpointTooLarge, RolloutError
-from rollout_sdk.store.dynamodb_errors import s3_translated
+from rollout_sdk.errors import CheckpointTooLarge
+from rollout_sdk.store.blobs import get_blob, put_blob
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -43,10 +43,6 @@ INLINE_LIMIT_BYTES = CHECKPOINT_LIMIT_BYTES - 16 * 1024
 REFERENCE_KEY = "rollout_sdk_checkpoint"
 #: Where the objects go in the bucket.
 PREFIX = "checkpoints"
-
-
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 class CheckpointSerDes(SerDes[Any]):
@@ -90,11 +86,7 @@ class CheckpointSerDes(SerDes[Any]):
                 f"{self.inline_limit}-byte checkpoint limit, and no payload bucket is "
                 "configured (PAYLOAD_BUCKET; template.yaml sets it)"
             )
-        packed = zlib.compress(raw, 6)
-        owner = _digest(self.rollout_id.encode())[:16]
-        key = f"{PREFIX}/{owner}/{_digest(packed)}"
-        with s3_translated(f"S3 put of {key} in {self.bucket!r}"):
-            self._client().put_object(Bucket=self.bucket, Key=key, Body=packed)
+        key = put_blob(self._client(), self.bucket, PREFIX, self.rollout_id, zlib.compress(raw, 6))
         self.stored += 1
         self._last = (key, raw)
         return json.dumps({REFERENCE_KEY: {"key": key, "bytes": len(raw)}})
@@ -115,9 +107,6 @@ class CheckpointSerDes(SerDes[Any]):
                 f"a checkpoint of rollout {self.rollout_id!r} refers to S3 object {key}, and no "
                 "payload bucket is configured (PAYLOAD_BUCKET)"
             )
-        with s3_translated(f"S3 get of {key} in {self.bucket!r}"):
-            packed = self._client().get_object(Bucket=self.bucket, Key=key)["Body"].read()
-        if key.rsplit("/", 1)[-1] != _digest(packed):
-            raise RolloutError(f"S3 object {key} does not hold the checkpoint it was stored as")
+        packed = get_blob(self._client(), self.bucket, key)
         self.fetched += 1
         return json.loads(zlib.decompress(packed))

@@ -11,7 +11,6 @@ shortest repr, so they read back exactly.
 from __future__ import annotations
 
 import enum
-import hashlib
 import json
 import zlib
 from collections.abc import Callable, Mapping
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Any, get_type_hints
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
 from rollout_sdk.errors import StoreError, ValueTooLarge
-from rollout_sdk.store.dynamodb_errors import s3_translated
+from rollout_sdk.store.blobs import get_blob, put_blob
 from rollout_sdk.store.record import RolloutRecord
 
 if TYPE_CHECKING:
@@ -83,9 +82,7 @@ class ValueCodec:
                 "configured for large values (PAYLOAD_BUCKET)"
             )
         # Content-addressed, so a losing create (a 409) can never overwrite the winner's object.
-        key = f"{name}/{hashlib.sha256(rollout_id.encode()).hexdigest()[:16]}/{hashlib.sha256(packed).hexdigest()}"
-        with s3_translated(f"S3 put of {key} in {self._bucket!r}"):
-            self._s3.put_object(Bucket=self._bucket, Key=key, Body=packed)
+        key = put_blob(self._s3, self._bucket, name, rollout_id, packed)
         return {"M": {"s3_key": {"S": key}}}
 
     def _unpack_blob(self, attr: Mapping[str, Any]) -> dict[str, Any]:
@@ -95,8 +92,7 @@ class ValueCodec:
             key = attr["M"]["s3_key"]["S"]
             if self._s3 is None or not self._bucket:
                 raise StoreError(f"record points at S3 object {key} but no bucket is configured")
-            with s3_translated(f"S3 get of {key} in {self._bucket!r}"):
-                packed = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"].read()
+            packed = get_blob(self._s3, self._bucket, key)
         value: dict[str, Any] = json.loads(zlib.decompress(packed))
         return value
 

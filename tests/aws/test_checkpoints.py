@@ -12,7 +12,7 @@ import pytest
 from aws_durable_execution_sdk_python.serdes import ExtendedTypeSerDes, SerDesContext
 
 from rollout_sdk.aws.checkpoints import INLINE_LIMIT_BYTES, REFERENCE_KEY, CheckpointSerDes
-from rollout_sdk.errors import CheckpointTooLarge, RolloutError
+from rollout_sdk.errors import CheckpointTooLarge, StoreError
 from rollout_sdk.local.emulator import local_client
 
 pytestmark = pytest.mark.timeout(60)
@@ -63,7 +63,7 @@ def test_an_altered_object_is_refused(bucket: tuple[Any, str]) -> None:
     data = _serdes(s3, name).serialize({"v": "y" * (INLINE_LIMIT_BYTES + 10)}, CONTEXT)
     (stored,) = s3.list_objects_v2(Bucket=name)["Contents"]
     s3.put_object(Bucket=name, Key=stored["Key"], Body=b"not the checkpoint")
-    with pytest.raises(RolloutError, match="does not hold the checkpoint"):
+    with pytest.raises(StoreError, match="does not hold what it was stored as"):
         _serdes(s3, name).deserialize(data, CONTEXT)
 
 
