@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rollout_sdk.aws.durable import MIN_TURN_RESERVE_SECONDS
 from rollout_sdk.aws.metering import QUEUE_REQUESTS_PER_BATCH
+from rollout_sdk.aws.runtime import DURABLE_RETENTION_DAYS
 from rollout_sdk.cost.usage import CostEstimate, LambdaPart, Usage
-from rollout_sdk.prices import PRICE_TABLE, PRICES_READ, effective_prices
+from rollout_sdk.prices import MONTH_SECONDS, PRICE_TABLE, PRICES_READ, effective_prices
 from rollout_sdk.protocol import InitResponse, RolloutRequest, RolloutResponse, RolloutStatus
 from rollout_sdk.store.dynamodb import DynamoDBStore
 from rollout_sdk.store.record import RecordState, RolloutRecord
@@ -206,7 +208,9 @@ def scenario(
     return Scenario(mode, latency, turns, arch, sum(breakdown.values()), breakdown)
 
 
-def render(measured: dict[str, Any], units: dict[str, Any]) -> str:
+def render(
+    measured: dict[str, Any], units: dict[str, Any], durable: dict[str, Any] | None = None
+) -> str:
     wru = sum(units["wru"].values())
     lines = [
         "# What a million rollouts cost on AWS",
@@ -319,6 +323,7 @@ def render(measured: dict[str, Any], units: dict[str, Any]) -> str:
         "  (see docs/aws.md, where the callback key lives).",
         "",
         *per_rollout_section(),
+        *(durable_section(measured, durable) if durable is not None else []),
     ]
     return "\n".join(lines)
 
@@ -374,7 +379,8 @@ def per_rollout_section() -> list[str]:
         "| `units.dynamodb_write_unit`, `units.dynamodb_read_unit` | what DynamoDB reports for each request made for the rollout (`ReturnConsumedCapacity=TOTAL`: table and indexes); an answer reporting none counts the request's minimum (`dynamodb.units_assumed` says how many: moto reports none for `UpdateItem`) | botocore hooks on the runtime's clients |",
         f"| `units.sqs_request` | queue mode: the `SendMessage` its message proves, plus {per_batch}/batch for the event source mapping's receive and delete of the batch | the message; the batch's size |",
         "| `units.kms_request` | every `Encrypt` and `Decrypt` made for it: queue mode's sealed callback key (2), a park (1), each re-drive attempt (1) | botocore hooks |",
-        "| `units.s3_put_request`, `units.s3_get_request` | large values offloaded to the payload bucket | botocore hooks |",
+        "| `units.s3_put_request`, `units.s3_get_request` | large values offloaded to the payload bucket (a record's, a durable step's result) | botocore hooks |",
+        '| `units.lambda_durable_operation`, `units.lambda_durable_written_byte`, `units.lambda_durable_retained_byte_month` | the durable worker\'s execution: its operations, the bytes of its input and checkpoints, and those bytes by the month kept ("Durable worker" below); 0 on the plain worker | its history, as the invocation that ends it replays it |',
         "| `dynamodb.calls`, `dynamodb.units_assumed` | DynamoDB requests made for it, and those whose answer reported no units | botocore hooks |",
         f"| `prices` | the table's date ({PRICES_READ}), with `+overrides` when `ROLLOUT_SDK_PRICES` changed any | |",
         "",
@@ -420,13 +426,249 @@ def per_rollout_section() -> list[str]:
     ]
 
 
+# --------------------------------------------------------------------- the durable worker
+
+#: The durable worker's table: turns per rollout, and seconds per model turn.
+DURABLE_TURNS = (10, 50, 200)
+DURABLE_LATENCIES = (2.0, 10.0, 30.0)
+#: The template's defaults: WorkerTimeout and DeadlineMarginSeconds.
+WORKER_TIMEOUT_SECONDS = 900.0
+DEADLINE_MARGIN_SECONDS = 10.0
+#: Lambda gives a function a whole vCPU at 1,769 MB and CPU in proportion to memory below it,
+#: so CPU-bound work measured on one core takes about 1769 / MB times as long there.
+FULL_VCPU_MB = 1769
+#: The length of a KMS ciphertext of a callback key, in base64 (the job's sealed key).
+SEALED_KEY_CHARS = 248
+
+#: How a durable rollout's own units follow from its execution: Python over ``run``, what the
+#: execution's history holds. tests/aws/test_durable_worker.py evaluates this very block from
+#: docs/cost.md over a real execution's history, against the kit's figure.
+DURABLE_FORMULA = """units = {
+    # its start, then each step (the claim, each chat turn, each ctx.step, each batch of
+    # tool calls, each suspension's decision) and each wait (one after each suspension)
+    "lambda_durable_operation": 1 + run["steps"] + run["waits"],
+    # its input (the job, as the dispatcher wrote it) and every step's checkpoint
+    "lambda_durable_written_byte": run["input_bytes"] + sum(run["checkpoint_bytes"]),
+}
+# kept from the execution's start until its history's retention has ended
+kept_seconds = run["seconds"] + run["retention_days"] * 86400
+units["lambda_durable_retained_byte_month"] = (
+    units["lambda_durable_written_byte"] * kept_seconds / (730 * 3600)
+)"""
+
+
+def durable_measured() -> dict[str, Any]:
+    """The durable figures the table needs, from the kit's own journal and serializer run
+    through the testing SDK's runner (bench/durable_replay.py's agent: a 1 KB answer a turn):
+    the bytes a turn's checkpoint adds, the rest of what an execution writes, and the CPU a
+    replayed turn costs."""
+    from bench.durable_replay import run_execution, run_replay
+    from rollout_sdk.aws.durable import ExecutionBill
+    from rollout_sdk.dispatch.base import Job
+    from rollout_sdk.dispatch.sealed import sealed_event
+
+    carried = Usage(
+        functions={"api": LambdaPart(API_SECONDS_PER_INIT, 0.0, MEMORY_MB, "x86_64", 1)}
+    )
+    carried.units.update(lambda_request=1, http_api_request=1, dynamodb_write_unit=4)
+    job = Job("rollout-000123", 1, cost=carried.to_json())
+    input_bytes = len(json.dumps(sealed_event(job, "A" * SEALED_KEY_CHARS)).encode())
+    bill = ExecutionBill(input_bytes=input_bytes, started_at=0.0, retention_seconds=0.0)
+
+    def written(turns: int) -> float:
+        usage = run_execution(turns, bill).usage
+        assert usage is not None
+        return usage.units["lambda_durable_written_byte"] - input_bytes
+
+    small, large = 10, 50
+    w_small, w_large = written(small), written(large)
+    per_turn = (w_large - w_small) / (large - small)
+    replay = run_replay((200,), runs=3)["cases"][0]
+    return {
+        "input_bytes": input_bytes,
+        "turn_checkpoint_bytes": per_turn,
+        # The rest of the measured execution: its one suspension's decision (with the
+        # invocation's cost part, in the kit's) beside the turns' checkpoints.
+        "suspension_bytes": w_small - (small + 1) * per_turn,
+        "replay_us_per_turn": replay["per_turn_us"],
+        "replay_turns": replay["turns"],
+    }
+
+
+def turns_per_invocation(latency: float) -> int:
+    """How many turns of ``latency`` seconds one invocation starts before it suspends: a turn
+    starts while its reserve (30 s, or twice the longest turn) is left before the invocation's
+    end (WorkerTimeout less DeadlineMarginSeconds; rollout_sdk/aws/durable.py)."""
+    usable = WORKER_TIMEOUT_SECONDS - DEADLINE_MARGIN_SECONDS
+    reserve = max(MIN_TURN_RESERVE_SECONDS, 2 * latency)
+    return max(1, math.floor((usable - reserve) / latency) + 1)
+
+
+@dataclass
+class DurableScenario:
+    turns: int
+    latency: float
+    invocations: int
+    plain: float | None
+    durable: float
+    extra: dict[str, float]
+
+
+def durable_scenario(
+    turns: int, latency: float, arch: str, measured: dict[str, Any], durable: dict[str, Any]
+) -> DurableScenario:
+    """Dollars per million rollouts of ``turns`` chat turns of ``latency`` seconds each, on the
+    plain worker (None where it cannot run them: longer than one invocation) and on the
+    durable worker, with what the durable worker adds, item by item."""
+    million = 1e6
+    gb = MEMORY_MB / 1024
+    price = PRICES[f"lambda_gb_second_{arch}"]
+    modes = {m["mode"]: m for m in measured["modes"]}
+    base_model_seconds = measured["chat_calls_per_rollout"] * measured["chat_delay_seconds"]
+    overhead = modes["direct"]["mean_invocation_seconds"] - base_model_seconds
+    init_share = (
+        modes["direct"]["init_gb_seconds_per_1000"] / modes["direct"]["gb_seconds_per_1000"]
+    )
+    model_seconds = turns * latency
+    fits = model_seconds + overhead <= WORKER_TIMEOUT_SECONDS - DEADLINE_MARGIN_SECONDS
+
+    def common(invocations: float, worker_seconds: float) -> float:
+        return float(
+            million
+            * (
+                worker_seconds * gb * (1 + init_share) * price
+                + API_SECONDS_PER_INIT * gb * price
+                + (1 + invocations) * PRICES["lambda_request"]
+                + PRICES["http_api_request"]
+            )
+        )
+
+    per_invocation = turns_per_invocation(latency)
+    invocations = math.ceil(turns / per_invocation)
+    suspensions = invocations - 1
+    # Each later invocation replays the turns before it, at the measured CPU a replayed turn
+    # costs, slowed by the share of a vCPU the function's memory buys.
+    replayed_turns = sum(i * per_invocation for i in range(1, invocations))
+    replay_seconds = replayed_turns * durable["replay_us_per_turn"] / 1e6 * FULL_VCPU_MB / MEMORY_MB
+    worker_seconds = model_seconds + invocations * overhead + replay_seconds
+    operations = 1 + 1 + turns + 2 * suspensions
+    written = (
+        durable["input_bytes"]
+        + turns * durable["turn_checkpoint_bytes"]
+        + suspensions * durable["suspension_bytes"]
+    )
+    kept_seconds = worker_seconds + DURABLE_RETENTION_DAYS * 86400
+    extra = {
+        "durable operations": million * operations * PRICES["lambda_durable_operation"],
+        "data written": million * written * PRICES["lambda_durable_written_byte"],
+        "data retained": million
+        * written
+        * kept_seconds
+        / MONTH_SECONDS
+        * PRICES["lambda_durable_retained_byte_month"],
+        # (in the worker's GB-seconds already: shown apart)
+        "replay (worker GB-s)": million * replay_seconds * gb * (1 + init_share) * price,
+    }
+    durable_usd = common(invocations, worker_seconds) + sum(
+        extra[k] for k in ("durable operations", "data written", "data retained")
+    )
+    plain = common(1, model_seconds + overhead) if fits else None
+    return DurableScenario(turns, latency, invocations, plain, durable_usd, extra)
+
+
+def _more(s: DurableScenario) -> str:
+    return f"{(s.durable / (s.plain or 1) - 1) * 100:.0f}%"
+
+
+def durable_section(measured: dict[str, Any], durable: dict[str, Any]) -> list[str]:
+    """docs/cost.md's "Durable worker": what a rollout of N turns costs beside the plain worker."""
+    lines = [
+        "## Durable worker: a rollout of N turns",
+        "",
+        "With `DurableWorker=true` a rollout is one durable execution, checkpointed every turn",
+        "and carried across invocations (docs/aws.md). Lambda bills it as any invocation, each",
+        "replay included, and three charges more (prices above): **durable operations**",
+        "(the execution's start, each step, each wait), **data written** (its input and every",
+        "step's checkpoint) and **data retained** (what it wrote, by the month, while it runs and",
+        f"for its history's retention after, `RetentionPeriodInDays` {DURABLE_RETENTION_DAYS} in",
+        "template.yaml). A durable rollout's estimate (`extra_fields.rollout_sdk.cost`) has them as",
+        "`units.lambda_durable_operation`, `units.lambda_durable_written_byte` and",
+        "`units.lambda_durable_retained_byte_month`, which follow from its execution thus (the",
+        "block `tests/aws/test_durable_worker.py` evaluates over a real execution's history):",
+        "",
+        "```python",
+        DURABLE_FORMULA,
+        "```",
+        "",
+        "Every invocation replays the whole history, so the one that ends the rollout knows",
+        "these in full and its estimate carries them (with each earlier invocation's own time",
+        "and request, which each suspension recorded). The retained figure is an upper bound",
+        "(the bytes of a later step are kept for less time than the execution's); the",
+        "execution's own result (under 200 bytes) and a step's retried attempts are not in it,",
+        "nor an invocation killed before it recorded its suspension (a timeout, a crash): its",
+        "own time is lost with it, as a plain worker's that dies (above), its retry's is in.",
+        "",
+        "Measured for the table (`python -m bench.cost`, the kit's journal and checkpoint",
+        "serializer through the testing SDK's runner, an answer of about 1 KB a turn):",
+        f"the input (the job, its key sealed, the API function's cost part) {durable['input_bytes']:,}",
+        f"bytes; {durable['turn_checkpoint_bytes']:,.0f} bytes of checkpoint a turn; a suspension's",
+        f"decision {durable['suspension_bytes']:,.0f} bytes (the bench's journal has no cost meter:",
+        "the kit's adds the invocation's cost part, a few hundred bytes); a replayed turn "
+        f"{durable['replay_us_per_turn']:,.0f} µs of CPU (at {durable['replay_turns']} turns, the",
+        f"largest replay below), taken as {FULL_VCPU_MB}/{MEMORY_MB} times that on a {MEMORY_MB} MB",
+        "function (Lambda's share of a vCPU). A turn here is one chat call; a turn with tool calls",
+        "adds one step (an operation and its checkpoint) for the batch. The plain worker's column",
+        f"is empty where the rollout outlasts one invocation ({WORKER_TIMEOUT_SECONDS:g} s less the",
+        f"{DEADLINE_MARGIN_SECONDS:g} s margin), which it cannot.",
+        "",
+        "Dollars per million rollouts, arm64, 512 MB, direct hand-off:",
+        "",
+        "| turns | model latency | invocations | plain worker | durable worker | operations | data written | data retained | replay |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for turns in DURABLE_TURNS:
+        for latency in DURABLE_LATENCIES:
+            s = durable_scenario(turns, latency, "arm64", measured, durable)
+            plain = "—" if s.plain is None else f"${s.plain:,.2f}"
+            lines.append(
+                f"| {turns} | {latency:g} s | {s.invocations} | {plain} | ${s.durable:,.2f} | "
+                f"${s.extra['durable operations']:,.2f} | ${s.extra['data written']:,.2f} | "
+                f"${s.extra['data retained']:,.2f} | ${s.extra['replay (worker GB-s)']:,.2f} |"
+            )
+    both = [
+        durable_scenario(t, lat, "arm64", measured, durable)
+        for t in DURABLE_TURNS
+        for lat in DURABLE_LATENCIES
+    ]
+    paired = [s for s in both if s.plain is not None]
+    dearest = max(paired, key=lambda s: s.durable / (s.plain or 1))
+    cheapest = min(paired, key=lambda s: s.durable / (s.plain or 1))
+    longest = max(both, key=lambda s: s.invocations)
+    lines += [
+        "",
+        "How to read it: where both run a rollout, the durable worker costs "
+        f"{_more(dearest)} more than the plain one at {dearest.turns} turns of "
+        f"{dearest.latency:g} s, and {_more(cheapest)} at {cheapest.turns} of "
+        f"{cheapest.latency:g} s: its operations ($8 per million a rollout makes, one a turn",
+        "and one more for a turn's batch of tool calls) weigh most where turns are short, and",
+        "the model's time, billed alike by both, where they are long. Replays grow with the",
+        "square of the invocations (each replays every turn before it): "
+        f"${longest.extra['replay (worker GB-s)']:,.2f} a million at {longest.turns} turns "
+        f"in {longest.invocations} invocations. Fewer, longer",
+        "invocations keep them down (`WorkerTimeout` 900 s, the longest, is the default); the",
+        "durable worker is for rollouts that outlast an invocation, or must survive one ending.",
+        "",
+    ]
+    return lines
+
+
 def main() -> int:
     source = RESULTS / "handoff-latest.json"
     if not source.exists():
         print(f"{source} is missing: run `python -m bench.handoff` first", file=sys.stderr)
         return 1
     measured = json.loads(source.read_text())
-    text = render(measured, write_units())
+    text = render(measured, write_units(), durable_measured())
     (ROOT / "docs" / "cost.md").write_text(text)
     print(text)
     return 0

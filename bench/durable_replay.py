@@ -32,7 +32,8 @@ from aws_durable_execution_sdk_python_testing.runner import DurableFunctionTestR
 
 from bench.common import report_and_exit
 from rollout_sdk.aws.checkpoints import CheckpointSerDes
-from rollout_sdk.aws.durable import DurableJournal
+from rollout_sdk.aws.durable import DurableJournal, ExecutionBill
+from rollout_sdk.cost.usage import Usage
 from rollout_sdk.protocol import CompletionsResponse
 from testkit.durable import close_runner
 
@@ -61,8 +62,11 @@ def answer(turn: int) -> CompletionsResponse:
 class Replay:
     """One execution of ``turns`` + 1 turns over two invocations; the CPU of each."""
 
-    def __init__(self, turns: int) -> None:
+    def __init__(self, turns: int, bill: ExecutionBill | None = None) -> None:
         self.turns = turns
+        self.bill = bill
+        #: The execution's own charges as the last invocation's journal reckons them.
+        self.usage: Usage | None = None
         self.clock = 0.0
         self.invocations = 0
         self.cpu: list[float] = []
@@ -87,11 +91,13 @@ class Replay:
             deadline_seconds=1e12,
             hold_suspended=_nothing,
             serdes=CheckpointSerDes(rollout_id="bench", s3=_no_s3, bucket=None),
+            bill=self.bill,
         )
         try:
             return self.loop.run_until_complete(self._agent(journal))
         finally:
             self.cpu.append(time.process_time() - started)
+            self.usage = journal.execution_usage()
 
     async def _agent(self, journal: DurableJournal) -> dict[str, Any]:
         messages: list[dict[str, Any]] = [{"role": "user", "content": "begin"}]
@@ -119,9 +125,9 @@ def _no_s3() -> Any:
     raise AssertionError("no result here is large enough for the bucket")
 
 
-def replay_once(turns: int) -> dict[str, float]:
-    """One execution of ``turns`` + 1 turns: the replaying invocation's CPU, in ms."""
-    replay = Replay(turns)
+def run_execution(turns: int, bill: ExecutionBill | None = None) -> Replay:
+    """One execution of ``turns`` + 1 turns over two invocations, run to its end."""
+    replay = Replay(turns, bill)
     runner = DurableFunctionTestRunner(durable_execution(replay.execution), skip_time=True)
     try:
         result = runner.run(input="{}", execution_timeout=600, execution_name=f"replay-{turns}")
@@ -136,6 +142,12 @@ def replay_once(turns: int) -> dict[str, float]:
     outcome = json.loads(result.result)
     if outcome["replayed"] < turns:
         raise RuntimeError(f"{turns} turns: only {outcome['replayed']} replayed")
+    return replay
+
+
+def replay_once(turns: int) -> dict[str, float]:
+    """One execution of ``turns`` + 1 turns: the replaying invocation's CPU, in ms."""
+    replay = run_execution(turns)
     return {"replay_ms": replay.cpu[1] * 1000, "first_ms": replay.cpu[0] * 1000}
 
 

@@ -25,6 +25,23 @@ S3_PAGE = "https://aws.amazon.com/s3/pricing/"
 CLOUDWATCH_PAGE = "https://aws.amazon.com/cloudwatch/pricing/"
 
 
+#: A month as AWS's pricing examples count one for storage: 730 hours.
+MONTH_SECONDS = 730 * 3600
+#: A GB of storage or data as AWS's storage prices count it: 2**30 bytes.
+GIB = 2**30
+#: Where the durable functions' three prices were checked (on 2026-12-04): the stored text of
+#: the Lambda page draws them by script too.
+DURABLE_CHECKED = (
+    "read 2026-12-04 from summaries of the page only: $8.00 per million operations "
+    "(api-evangelist's transcription of the page, 2026-09-20, and two 2026 write-ups), $0.25 "
+    "per GB written and $0.15 per GB-month retained (a 2026 research note citing the page); "
+    "together they reproduce the page's worked example as a second summary gives it ($490.46 a "
+    "month: 4M operations, 104 GB written, 72.8 GB-months retained, beside 32M arm64 "
+    "GB-seconds less the free tier)"
+)
+DURABLE_CHECKED_TOO = "as `lambda_durable_operation`'s"
+
+
 @dataclass(frozen=True)
 class Price:
     """One published price: US dollars per ``per``, us-east-1, on demand, first tier."""
@@ -116,6 +133,27 @@ PRICE_TABLE: dict[str, Price] = {
         S3_PAGE,
         "summaries only (c3x.dev)",
     ),
+    "lambda_durable_operation": Price(
+        8.00 / 1e6,
+        "durable operation",
+        "Lambda durable functions, per durable operation (an execution's start, each step, each wait)",
+        LAMBDA_PAGE,
+        DURABLE_CHECKED,
+    ),
+    "lambda_durable_written_byte": Price(
+        0.25 / GIB,
+        "byte written",
+        "Lambda durable functions, data written ($0.25 per GB), per byte",
+        LAMBDA_PAGE,
+        DURABLE_CHECKED_TOO,
+    ),
+    "lambda_durable_retained_byte_month": Price(
+        0.15 / GIB,
+        "byte-month retained",
+        "Lambda durable functions, data retained ($0.15 per GB-month), per byte-month",
+        LAMBDA_PAGE,
+        DURABLE_CHECKED_TOO,
+    ),
     "cloudwatch_logs_gb": Price(
         0.50,
         "GB ingested",
@@ -135,6 +173,9 @@ UNITS = (
     "kms_request",
     "s3_put_request",
     "s3_get_request",
+    "lambda_durable_operation",
+    "lambda_durable_written_byte",
+    "lambda_durable_retained_byte_month",
 )
 ARCHITECTURES = ("x86_64", "arm64")
 

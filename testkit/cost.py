@@ -32,6 +32,20 @@ def docs_formula() -> str:
     raise AssertionError("docs/cost.md has no formula block under 'Per-rollout estimate'")
 
 
+def docs_durable_units(run: Mapping[str, Any]) -> dict[str, float]:
+    """docs/cost.md's "Durable worker" block applied to ``run`` (what an execution's history
+    holds: ``steps``, ``waits``, ``input_bytes``, ``checkpoint_bytes``, ``seconds``,
+    ``retention_days``): the durable units a rollout's estimate must carry."""
+    text = DOC.read_text(encoding="utf-8")
+    section = text.split("## Durable worker", 1)[1]
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)]
+    if not blocks:
+        raise AssertionError("docs/cost.md has no formula block under 'Durable worker'")
+    names: dict[str, Any] = {"__builtins__": {"sum": sum}, "run": run}
+    exec(blocks[0], names)  # noqa: S102 - the document's own formula, run as written
+    return {k: float(v) for k, v in names["units"].items()}
+
+
 def docs_usd(estimate: Mapping[str, Any], price: Mapping[str, float]) -> float:
     """docs/cost.md's formula applied to ``estimate`` (its JSON) at ``price``."""
     # One namespace: the formula's generator expressions see ``cost`` and ``price`` there.

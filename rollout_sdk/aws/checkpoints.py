@@ -66,6 +66,10 @@ class CheckpointSerDes(SerDes[Any]):
         #: Results stored in the bucket, and read back from it (by this instance).
         self.stored = 0
         self.fetched = 0
+        #: The bytes each step's checkpoint holds, by operation id: written now or read back
+        #: in a replay, so that every invocation knows the whole execution's (its data
+        #: written, a cost: rollout_sdk/aws/durable.py).
+        self.checkpoint_bytes: dict[str, int] = {}
         # The SDK reads a result back right after checkpointing it: the one just stored is
         # answered from here, not fetched again.
         self._last: tuple[str, bytes] | None = None
@@ -79,6 +83,7 @@ class CheckpointSerDes(SerDes[Any]):
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
         raw = text.encode()
         if len(raw) <= self.inline_limit:
+            self.checkpoint_bytes[serdes_context.operation_id] = len(raw)
             return text
         if not self.bucket:
             raise CheckpointTooLarge(
@@ -89,9 +94,12 @@ class CheckpointSerDes(SerDes[Any]):
         key = put_blob(self._client(), self.bucket, PREFIX, self.rollout_id, zlib.compress(raw, 6))
         self.stored += 1
         self._last = (key, raw)
-        return json.dumps({REFERENCE_KEY: {"key": key, "bytes": len(raw)}})
+        reference = json.dumps({REFERENCE_KEY: {"key": key, "bytes": len(raw)}})
+        self.checkpoint_bytes[serdes_context.operation_id] = len(reference.encode())
+        return reference
 
     def deserialize(self, data: str, serdes_context: SerDesContext) -> Any:
+        self.checkpoint_bytes.setdefault(serdes_context.operation_id, len(data.encode()))
         value = json.loads(data)
         if isinstance(value, dict) and set(value) == {"t", "v"}:
             # The SDK's own typed envelope: a checkpoint an earlier kit wrote (its steps' results

@@ -33,15 +33,18 @@ steps through the testing SDK's runner): 2.66 ms a step this way, 2.49 ms the bl
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from rollout_sdk.agent.journal import describe_error, fingerprint, rebuild_error, run_work
 from rollout_sdk.aws.handlers.preamble import one_rollout, ran, rejected
+from rollout_sdk.aws.runtime import DURABLE_RETENTION_DAYS
 from rollout_sdk.cost import meter as cost_meter
+from rollout_sdk.cost.usage import Usage
 from rollout_sdk.dispatch.sealed import sealed_job_from_event
 from rollout_sdk.errors import (
     ReplayDiverged,
@@ -50,6 +53,7 @@ from rollout_sdk.errors import (
     RolloutError,
     RolloutHistoryFull,
 )
+from rollout_sdk.prices import MONTH_SECONDS
 from rollout_sdk.protocol import CompletionsResponse
 from rollout_sdk.stack import LambdaFunction
 from rollout_sdk.store.record import RecordState
@@ -62,6 +66,7 @@ if TYPE_CHECKING:
     from aws_durable_execution_sdk_python.config import StepConfig
     from aws_durable_execution_sdk_python.serdes import SerDes
 
+    from rollout_sdk.aws.checkpoints import CheckpointSerDes
     from rollout_sdk.aws.runtime import InvocationContext, LambdaRuntime
     from rollout_sdk.cost.meter import RolloutMeter
     from rollout_sdk.dispatch.base import Job
@@ -89,6 +94,21 @@ MIN_TURN_RESERVE_SECONDS = 30
 STEP_ROOM = 3
 #: The operations every execution makes beside its steps and waits: the claim.
 FIXED_OPERATIONS = 1
+
+#: The billed operations an execution makes beside its history's: its start.
+EXECUTION_START_OPERATIONS = 1
+
+
+@dataclass(frozen=True)
+class ExecutionBill:
+    """What a durable execution's own charges are reckoned from: its input's bytes (as the
+    dispatcher wrote it), when it started (the claim's time), and how long Lambda keeps its
+    history after it ends (``DurableConfig.RetentionPeriodInDays``)."""
+
+    input_bytes: int
+    started_at: float
+    retention_seconds: float
+
 
 #: The journal's outcome kinds, as recorded in a step's result.
 ASKED, RAISED, SUSPEND, CUT, DEADLINE, CANCELLED, HISTORY_FULL = (
@@ -125,6 +145,7 @@ class DurableJournal:
         max_operations: int = 25_000,
         serdes: SerDes[Any] | None = None,
         meter: RolloutMeter | None = None,
+        bill: ExecutionBill | None = None,
     ) -> None:
         from aws_durable_execution_sdk_python.config import StepConfig
         from aws_durable_execution_sdk_python.retries import RetryDecision
@@ -157,6 +178,10 @@ class DurableJournal:
         #: and each later invocation carries every recorded part in as its replay meets it, so
         #: the final estimate covers every invocation that suspended.
         self._meter = meter
+        self._serdes = serdes
+        self._bill = bill
+        if meter is not None and bill is not None:
+            meter.execution = self.execution_usage
 
     def bind(self, cancelled: asyncio.Event) -> None:
         self._cancelled = cancelled
@@ -166,6 +191,22 @@ class DurableJournal:
         """The operations of the execution's history so far: the claim, every step met, every
         wait (the same count in every replay up to the same point)."""
         return FIXED_OPERATIONS + self.replayed + self.done_now + self.waits
+
+    def execution_usage(self) -> Usage:
+        """The execution's own charges so far, whole (every invocation replays it, so this one
+        knows them all): its operations (its start, and :attr:`operations`), the bytes of its
+        input and of every step's checkpoint, and those bytes kept from the start until the
+        history's retention ends (an upper bound: a later step's bytes are kept for less)."""
+        usage = Usage()
+        bill = self._bill
+        if bill is None:
+            return usage
+        written = bill.input_bytes + sum(getattr(self._serdes, "checkpoint_bytes", {}).values())
+        kept = max(0.0, self._clock() - bill.started_at) + bill.retention_seconds
+        usage.units["lambda_durable_operation"] = EXECUTION_START_OPERATIONS + self.operations
+        usage.units["lambda_durable_written_byte"] = written
+        usage.units["lambda_durable_retained_byte_month"] = written * kept / MONTH_SECONDS
+        return usage
 
     # ------------------------------------------------------------------ the Journal protocol
 
@@ -362,13 +403,9 @@ class DurableWorker:
         finally:
             self._context = None
 
-    @cached_property
-    def _claim_config(self) -> StepConfig:
+    def _execution(self, event: Any, ctx: DurableContext) -> dict[str, Any]:
         from aws_durable_execution_sdk_python.config import StepConfig
 
-        return StepConfig()  # the SDK's retries: a store error is retried, durably
-
-    def _execution(self, event: Any, ctx: DurableContext) -> dict[str, Any]:
         runtime = self.runtime
         started = runtime.clock()
         try:
@@ -376,14 +413,29 @@ class DurableWorker:
         except ValueError as exc:
             return rejected("durable worker input", exc)
         job = queued.job
+        serdes = self._serdes(job)
+        # The SDK's retries: a store error is retried, durably.
         claim: dict[str, Any] = ctx.step(
-            lambda _: runtime.run(self._claim(job)), "claim", self._claim_config
+            lambda _: runtime.run(self._claim(job)), "claim", StepConfig(serdes=serdes)
         )
         if not claim["claimed"]:
             logger.info("claim lost; nothing to run", extra={"rollout_id": job.rollout_id})
             return {"status": "skipped", "rollout_id": job.rollout_id}
+        bill = ExecutionBill(
+            input_bytes=len(json.dumps(event).encode()),  # as the dispatcher wrote it
+            started_at=float(claim["at"]),
+            retention_seconds=DURABLE_RETENTION_DAYS * 86_400,
+        )
         with one_rollout(runtime, LambdaFunction.DURABLE_WORKER, self._context, job):
-            return runtime.run(self._invocation(ctx, queued, float(claim["at"]), started))
+            return runtime.run(self._invocation(ctx, queued, serdes, bill, started))
+
+    def _serdes(self, job: Job) -> CheckpointSerDes:
+        from rollout_sdk.aws.checkpoints import CheckpointSerDes
+
+        aws = self.runtime.aws
+        return CheckpointSerDes(
+            rollout_id=job.rollout_id, s3=lambda: self.runtime.clients.s3, bucket=aws.payload_bucket
+        )
 
     async def _claim(self, job: Job) -> dict[str, Any]:
         worker = self.runtime.worker
@@ -402,11 +454,15 @@ class DurableWorker:
         return {"claimed": bool(claim.applied), "at": now}
 
     async def _invocation(
-        self, ctx: DurableContext, queued: QueuedJob, claimed_at: float, started: float
+        self,
+        ctx: DurableContext,
+        queued: QueuedJob,
+        serdes: CheckpointSerDes,
+        bill: ExecutionBill,
+        started: float,
     ) -> dict[str, Any]:
-        from rollout_sdk.aws.checkpoints import CheckpointSerDes
-
         runtime = self.runtime
+        claimed_at = bill.started_at
         job = queued.job
         record = await self._reclaim(job, queued.sealed_api_key)
         if record is None:
@@ -424,12 +480,9 @@ class DurableWorker:
             deadline_seconds=budget,
             hold_suspended=lambda: self._hold_suspended(job),
             max_operations=aws.durable_max_operations,
-            serdes=CheckpointSerDes(
-                rollout_id=job.rollout_id,
-                s3=lambda: runtime.clients.s3,
-                bucket=aws.payload_bucket,
-            ),
+            serdes=serdes,
             meter=cost_meter.current(),  # here, in the rollout's context (steps run elsewhere)
+            bill=bill,
         )
         left = max(rollout_ends_at - runtime.clock(), REPLAY_GRACE_SECONDS)
         # The record as re-claimed, but dated from the claim: the rollout's duration (a metric)

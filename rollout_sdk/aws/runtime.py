@@ -89,6 +89,9 @@ DURABLE_MAX_REQUEST_TIMEOUT_SECONDS = 86_400
 #: longest rollout plus an hour for the replays, the suspensions between invocations and the
 #: final report.
 DURABLE_EXECUTION_TIMEOUT_SECONDS = DURABLE_MAX_REQUEST_TIMEOUT_SECONDS + 3_600
+#: The durable worker function's ``DurableConfig.RetentionPeriodInDays`` (template.yaml): how
+#: long Lambda keeps an ended execution's history, which its cost estimate prices.
+DURABLE_RETENTION_DAYS = 1
 
 
 def check_deadlines(settings: RolloutSettings) -> None:

@@ -133,6 +133,10 @@ class RolloutMeter:
         self.fixed = False
         #: The record's figure from before this invocation (read once, at the first write).
         self.base: Usage | None = None
+        #: A durable rollout's execution-wide charges so far (its operations, the data it
+        #: wrote and Lambda keeps: :meth:`DurableJournal.execution_usage`), which only the
+        #: invocation that ends it knows in full: in :meth:`usage`, never in :meth:`own`.
+        self.execution: Callable[[], Usage] | None = None
 
     def add(self, unit: str, amount: float) -> None:
         """Charge ``amount`` of ``unit`` (a name of :data:`UNITS`)."""
@@ -189,8 +193,11 @@ class RolloutMeter:
         return own
 
     def usage(self) -> Usage:
-        """This meter's usage so far, the invocation's time share included."""
+        """This meter's usage so far, the invocation's time share (and a durable execution's
+        own charges) included."""
         own = self._invocation_part()
+        if self.execution is not None:
+            own = own.plus(self.execution())
         with self._lock:
             return self._counted.plus(own)
 

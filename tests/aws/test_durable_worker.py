@@ -18,20 +18,27 @@ from typing import Any
 
 import pytest
 from aws_durable_execution_sdk_python.lambda_service import InvocationStatus
-from aws_durable_execution_sdk_python_testing.runner import DurableFunctionTestRunner
+from aws_durable_execution_sdk_python_testing.runner import (
+    DurableFunctionTestRunner,
+    StepOperation,
+    WaitOperation,
+)
 from botocore.exceptions import ClientError
 
 import testkit.durable
 from rollout_sdk.aws.durable import SUSPENDED_LEASE_SECONDS
+from rollout_sdk.aws.runtime import DURABLE_RETENTION_DAYS
 from rollout_sdk.dispatch.aws_lambda import DurableLambdaDispatcher, execution_name
 from rollout_sdk.dispatch.base import Job
 from rollout_sdk.dispatch.sealed import SEALED_KEY_FIELD, sealed_job_from_event
 from rollout_sdk.errors import ConfigurationError, StoreError
 from rollout_sdk.local.invoke import invoke, load_event
+from rollout_sdk.prices import effective_prices
 from rollout_sdk.store.record import RecordState, RolloutRecord
 from rollout_sdk.telemetry import Metric
 from rollout_sdk.testing.standin import Fault, TrainGateStandIn
 from rollout_sdk.testing.threads import ServerThread
+from testkit.cost import docs_durable_units, docs_usd
 from testkit.durable import SimClock, TurnModel, close_runner
 
 from .conftest import CALLBACK_KEY, ROOT
@@ -208,6 +215,27 @@ def test_a_40_minute_rollout_runs_across_invocations_each_turn_asked_once(rig: R
     cost = report["extra_fields"]["rollout_sdk"]["cost"]
     assert cost["units"]["lambda_request"] == pytest.approx(1 + rig.invocations)
     assert set(cost["lambda"]) == {"api", "durable-worker"}
+    # ... and the execution's own charges, docs/cost.md's durable formula over its history
+    # as the runner kept it: its operations, its input's and checkpoints' bytes, those bytes
+    # kept for the 40 simulated minutes to the finish and the day of retention after.
+    steps = [op for op in result.operations if isinstance(op, StepOperation)]
+    run = {
+        "steps": len(steps),
+        "waits": sum(1 for op in result.operations if isinstance(op, WaitOperation)),
+        "input_bytes": len(json.dumps(handed_off).encode()),
+        "checkpoint_bytes": [len(op.result.encode()) for op in steps if op.result is not None],
+        "seconds": TURNS * 60.0,
+        "retention_days": DURABLE_RETENTION_DAYS,
+    }
+    assert (
+        run["steps"] == 1 + TURNS + TURNS // 10 + rig.invocations - 1
+    )  # claim, chat, ctx.step, suspend
+    durable = docs_durable_units(run)
+    assert durable["lambda_durable_operation"] == 1 + len(result.operations)
+    assert durable["lambda_durable_written_byte"] > 40 * len("turn 40")  # the answers, at least
+    for unit, expected in durable.items():
+        assert cost["units"][unit] == pytest.approx(expected, rel=1e-6, abs=1e-6), unit
+    assert cost["usd"] == pytest.approx(docs_usd(cost, effective_prices()), abs=1e-9)
 
     # The same agent on the plain worker says the same.
     assert report["final_messages"] == rig.on_the_plain_worker("plain-1")["final_messages"]
@@ -216,9 +244,9 @@ def test_a_40_minute_rollout_runs_across_invocations_each_turn_asked_once(rig: R
     # The key never sits in clear in the execution's history: input and step results.
     history = repr(rig.history)  # its first page
     assert handed_off[SEALED_KEY_FIELD] in history  # the input, with its data
-    steps = repr(result.operations)
-    assert "turn 40" in steps  # the steps' results
-    assert CALLBACK_KEY not in history and CALLBACK_KEY not in steps
+    results = repr(result.operations)
+    assert "turn 40" in results  # the steps' results
+    assert CALLBACK_KEY not in history and CALLBACK_KEY not in results
     assert "api_key" not in handed_off
 
 

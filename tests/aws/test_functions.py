@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rollout_sdk.aws.runtime import DURABLE_EXECUTION_TIMEOUT_SECONDS, DURABLE_RETENTION_DAYS
 from rollout_sdk.aws.telemetry import hand_off_of
 from rollout_sdk.local.emulator import load_template
 from rollout_sdk.local.invoke import ALIASES, ENTRY_POINTS
@@ -100,3 +101,14 @@ def test_the_hand_off_dimension_follows_the_function() -> None:
     assert hand_off_of("queue_worker", "direct") == "queue"
     assert hand_off_of("api", "queue") == "queue"
     assert hand_off_of("redrive", "direct") == "direct"
+
+
+def test_the_durable_workers_config_is_what_the_kit_reckons_with() -> None:
+    """The execution timeout the deadline check derives from, and the history's retention the
+    cost estimate prices (docs/cost.md, "Durable worker")."""
+    resources = load_template(ROOT / "template.yaml")["Resources"]
+    config = resources[LambdaFunction.DURABLE_WORKER.names.logical_id]["Properties"][
+        "DurableConfig"
+    ]
+    assert config["ExecutionTimeout"] == DURABLE_EXECUTION_TIMEOUT_SECONDS
+    assert config["RetentionPeriodInDays"] == DURABLE_RETENTION_DAYS
