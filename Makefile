@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-cloud lint typecheck unit load load-dynamodb bench reliability cost clean
+.PHONY: demo test test-osmosis03 test-cloud lint typecheck unit load load-dynamodb bench reliability cost clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed; set PYTHON=python3.11")'
@@ -29,6 +29,27 @@ unit: $(STAMP)
 
 test: lint typecheck template-check
 	$(BIN)/pytest -q
+	$(MAKE) --no-print-directory test-osmosis03
+
+# The osmosis-ai 0.3.8 suite (tests/osmosis03): 0.3.8's own client and author API, in an
+# environment of their own (Python 3.12 or newer, which 0.3.8 needs; the kit needs 3.11). It
+# looks for the interpreter on PATH and in pyenv; OSMOSIS_PYTHON names one.
+OSMOSIS_VENV := .venv-osmosis03
+OSMOSIS_CANDIDATES = $(OSMOSIS_PYTHON) python3.14 python3.13 python3.12 $(wildcard $(HOME)/.pyenv/versions/3.1[2-9]*/bin/python3)
+find_osmosis_python = $(firstword $(foreach p,$(OSMOSIS_CANDIDATES),$(shell $(p) -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && echo $(p))))
+
+$(OSMOSIS_VENV)/.installed: infra/requirements-osmosis03.txt
+	@test -x $(OSMOSIS_VENV)/bin/python || { \
+		py="$(call find_osmosis_python)"; \
+		test -n "$$py" || { echo "make test-osmosis03: osmosis-ai 0.3.8 needs Python 3.12 or newer, and none was found on PATH or in pyenv; install one and set OSMOSIS_PYTHON=/path/to/python3.12" >&2; exit 2; }; \
+		echo "osmosis-ai 0.3.8's environment: $$py"; \
+		$$py -m venv $(OSMOSIS_VENV); }
+	$(OSMOSIS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(OSMOSIS_VENV)/bin/python -m pip install --quiet -r infra/requirements-osmosis03.txt
+	@touch $@
+
+test-osmosis03: $(STAMP) $(OSMOSIS_VENV)/.installed
+	KIT_PYTHON=$(abspath $(BIN)/python) $(OSMOSIS_VENV)/bin/python -m pytest -q -c tests/osmosis03/pytest.ini tests/osmosis03
 
 # The deployed-stack suite, tests/cloud, against the stack AWS_SAM_STACK_NAME names, calling back
 # the TrainGate stand-in at CLOUD_SUITE_TRAINGATE_URL (reachable from Lambda) with its
