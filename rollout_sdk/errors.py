@@ -88,6 +88,9 @@ class FailureCategory(StrEnum):
     #: On the durable worker, the execution's history had no room for another turn (Lambda
     #: keeps at most 25,000 operations per execution): the rollout ends with what it did.
     HISTORY_FULL = "history_full"
+    #: An osmosis-ai 0.3.8 rollout whose result nobody polled for within its polling lease
+    #: (the trainer went away): ended, as 0.3.8 ends it (``err_category`` ``lease_expired``).
+    LEASE_EXPIRED = "lease_expired"
 
     @property
     def retryable(self) -> bool:
@@ -328,6 +331,24 @@ class RolloutNotFound(RequestRejected):
 
 class RolloutAlreadyFinished(RequestRejected):
     """409: the rollout has its final response; it cannot be cancelled."""
+
+
+class PollLeaseRefused(RequestRejected):
+    """403: a 0.3.8 result poll whose ``X-Osmosis-Rollout-Lease`` is not the rollout's."""
+
+
+class CancelSelectorRefused(RequestRejected):
+    """422: a 0.3.8 ``POST /rollout/cancel`` naming not exactly one of ids, prefix and all."""
+
+
+class ProtocolNotServed(RequestRejected):
+    """404: a route of a protocol this server does not run (a v1 init on a server started with
+    ``--workflow`` only, or a 0.3.8 route on one with no workflow)."""
+
+
+class RolloutIdTaken(RequestRejected):
+    """409: a 0.3.8 ``POST /rollout`` for a rollout_id already registered (by either
+    protocol)."""
 
 
 class StoreError(RolloutError):

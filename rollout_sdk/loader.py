@@ -75,3 +75,47 @@ def load_agent_loop(spec: str) -> Any:
                 "point at an instance instead"
             ) from exc
     return target
+
+
+def load_workflows(
+    workflow: str,
+    grader: str | None = None,
+    workflow_config: str | None = None,
+    grader_config: str | None = None,
+) -> Any:
+    """The osmosis-ai 0.3.8 workflow (and grader) to serve, each named ``module:attribute``:
+    an ``AgentWorkflow`` subclass, a ``Grader`` subclass, and optionally an instance of each
+    one's configuration (``AgentWorkflowConfig``, ``GraderConfig``), as 0.3.8's
+    ``LocalBackend`` takes them. ConfigurationError naming the option when one is not that."""
+    from rollout_sdk.engine.workflows import Workflows
+    from rollout_sdk.osmosis03 import AgentWorkflow, AgentWorkflowConfig, Grader, GraderConfig
+
+    def kind(spec: str | None, base: type, option: str, *, instance: bool) -> Any:
+        if spec is None:
+            return None
+        target = load_object(spec)
+        ok = (
+            isinstance(target, base)
+            if instance
+            else inspect.isclass(target) and issubclass(target, base)
+        )
+        if not ok:
+            what = (
+                f"an instance of {base.__name__}" if instance else f"a subclass of {base.__name__}"
+            )
+            raise ConfigurationError(
+                f"{option} {spec}: {spec.split(':')[-1]} is {type(target).__name__ if instance else target!r}, "
+                f"not {what} (from rollout_sdk.osmosis03, or osmosis_ai.rollout moved over by its imports)"
+            )
+        return target
+
+    return Workflows(
+        workflow=kind(workflow, AgentWorkflow, "--workflow", instance=False),
+        grader=kind(grader, Grader, "--grader", instance=False),
+        workflow_config=kind(
+            workflow_config, AgentWorkflowConfig, "--workflow-config", instance=True
+        ),
+        grader_config=kind(grader_config, GraderConfig, "--grader-config", instance=True),
+        name=workflow,
+        grader_name=grader,
+    )

@@ -117,6 +117,11 @@ class KitSettings(BaseSettings):
     max_queued_rollouts: int = Field(1000, ge=0, le=1_000_000)
     #: Seconds a 429 tells TrainGate to wait (Retry-After).
     retry_after_seconds: int = Field(2, ge=1, le=3600)
+    #: osmosis-ai 0.3.8's wire: how long a result poll waits for a change, and how long a
+    #: polling lease lasts unrenewed (each poll renews it; one not renewed ends the rollout
+    #: ``lease_expired``). 0.3.8's defaults; the lease must outlast the wait.
+    osmosis03_result_wait_seconds: float = Field(30.0, gt=0, le=3600)
+    osmosis03_polling_lease_seconds: float = Field(120.0, gt=0, le=86400)
     #: A running rollout's lease: renewed every ``heartbeat_seconds``; a lease not renewed for
     #: this long belongs to a worker that died.
     lease_seconds: float = Field(60.0, ge=5, le=3600)
@@ -148,6 +153,14 @@ class KitSettings(BaseSettings):
             raise ValueError(
                 f"{KIT_PREFIX}HEARTBEAT_SECONDS ({self.heartbeat_seconds:g}) must be at most half "
                 f"of {KIT_PREFIX}LEASE_SECONDS ({self.lease_seconds:g})"
+            )
+        if self.osmosis03_polling_lease_seconds <= self.osmosis03_result_wait_seconds:
+            raise ValueError(
+                f"{KIT_PREFIX}OSMOSIS03_POLLING_LEASE_SECONDS "
+                f"({self.osmosis03_polling_lease_seconds:g}) must exceed "
+                f"{KIT_PREFIX}OSMOSIS03_RESULT_WAIT_SECONDS "
+                f"({self.osmosis03_result_wait_seconds:g}): each poll renews the lease, and a "
+                "poll waits that long"
             )
         return self
 

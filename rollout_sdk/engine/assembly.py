@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,9 +19,11 @@ from rollout_sdk.engine.cancels import CancelSignals
 from rollout_sdk.engine.costs import NO_COSTS, CostLedger
 from rollout_sdk.engine.delivery import Delivery
 from rollout_sdk.engine.lease import Leases
+from rollout_sdk.engine.progress import StatusBoard
 from rollout_sdk.engine.recovery import HandOff, Recovery
 from rollout_sdk.engine.settlement import Settlement
 from rollout_sdk.engine.worker import RolloutWorker
+from rollout_sdk.engine.workflows import WorkflowRunner, Workflows
 from rollout_sdk.telemetry import NO_TELEMETRY
 
 if TYPE_CHECKING:
@@ -60,6 +62,10 @@ class Engine:
     #: The dispatcher that runs this engine's worker, when the engine built it (locally; on
     #: Lambda the hand-off invokes another function, and the runtime holds that dispatcher).
     dispatcher: Dispatcher | None = None
+    #: Pulled (0.3.8) rollouts' phases and changes, heard by the polls waiting here.
+    board: StatusBoard = field(default_factory=StatusBoard)
+    #: The osmosis-ai 0.3.8 workflow (and grader) the worker runs, if any.
+    workflows: Workflows | None = None
 
     @classmethod
     def build(
@@ -76,6 +82,7 @@ class Engine:
         costs: CostLedger = NO_COSTS,
         dispatcher: DispatcherFor | None = None,
         hand_off: HandOff | None = None,
+        workflows: Workflows | None = None,
     ) -> Engine:
         """Build each collaborator once; the worker only when ``agent_loop`` is given.
         ``telemetry`` gets every transition's metrics (the TrainGate client takes its own, so
@@ -96,6 +103,7 @@ class Engine:
         if dispatcher is not None and agent_loop is None:
             raise ValueError("Engine.build: a dispatcher runs the engine's worker: give agent_loop")
         leases = Leases(store, settings.kit, clock=clock)
+        board = StatusBoard()
         delivery = Delivery(
             store,
             client,
@@ -105,6 +113,7 @@ class Engine:
             clock=clock,
             telemetry=telemetry,
             costs=costs,
+            board=board,
         )
         settlement = Settlement(
             store,
@@ -131,6 +140,9 @@ class Engine:
                 clock=clock,
                 telemetry=telemetry,
                 costs=costs,
+                workflows=None
+                if workflows is None
+                else WorkflowRunner(workflows, board, clock=clock),
             )
             if agent_loop is not None
             else None
@@ -158,6 +170,8 @@ class Engine:
             telemetry=telemetry,
             costs=costs,
             dispatcher=runs,
+            board=board,
+            workflows=workflows,
         )
 
     def require_worker(self) -> RolloutWorker:

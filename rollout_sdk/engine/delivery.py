@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING
 from rollout_sdk.engine.costs import NO_COSTS, CostLedger, extra_of
 from rollout_sdk.engine.responses import failure_of
 from rollout_sdk.errors import FailureCategory
-from rollout_sdk.store.record import RecordState, RolloutRecord, expiry
+from rollout_sdk.store.record import PROTOCOL_OSMOSIS03, RecordState, RolloutRecord, expiry
 from rollout_sdk.telemetry import NO_TELEMETRY, Metric, rollout_scope
 from rollout_sdk.traingate.client import DeliveryResult
 
 if TYPE_CHECKING:
     from rollout_sdk.engine.lease import Leases
+    from rollout_sdk.engine.progress import StatusBoard
     from rollout_sdk.settings import RolloutSettings
     from rollout_sdk.store.base import Store, TransitionResult
     from rollout_sdk.telemetry import Telemetry
@@ -43,6 +44,8 @@ class Wiring:
     telemetry: Telemetry = NO_TELEMETRY
     #: The cost estimate (on Lambda; nothing on the local server).
     costs: CostLedger = NO_COSTS
+    #: Where a pulled (0.3.8) rollout's final record is announced to the polls waiting here.
+    board: StatusBoard | None = None
 
 
 @dataclass(eq=False, repr=False)
@@ -66,6 +69,13 @@ class Delivery(Wiring):
         response = record.response
         if response is None or record.state != RecordState.FINISHED:
             return record
+        if record.protocol == PROTOCOL_OSMOSIS03:
+            # Pulled, not called back: published for its polls by the move that makes it final
+            # (DELIVERED), kept until the record expires (0.3.8's retention).
+            published = await self._record(record, DeliveryResult(True, True, 0), api_key)
+            if self.board is not None:
+                self.board.done(record.rollout_id)
+            return published
         server_url = str(record.request["server_url"])
         with rollout_scope(record.rollout_id):
             failure = failure_of(response)

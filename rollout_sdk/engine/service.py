@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING, Any
 from rollout_sdk.engine.lease import Leases
 from rollout_sdk.engine.responses import failure_of
 from rollout_sdk.engine.rules import AgentTools, check_metadata_size, check_server_url
+from rollout_sdk.engine.workflows import NOT_V1, NoV1AgentLoop
 from rollout_sdk.errors import (
     DispatchError,
     FailureCategory,
     IdempotencyConflict,
+    ProtocolNotServed,
     RolloutAlreadyFinished,
     RolloutNotFound,
 )
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
     from rollout_sdk.dispatch.base import Dispatcher
     from rollout_sdk.engine.assembly import Engine
     from rollout_sdk.settings import RolloutSettings
-    from rollout_sdk.store.base import Claim, Store
+    from rollout_sdk.store.base import Claim, CreateResult, Store
     from rollout_sdk.telemetry import Telemetry
 
 from rollout_sdk.dispatch.base import Job, Reserving
@@ -115,6 +117,8 @@ class RolloutService:
             return await self._init(request)
 
     async def _init(self, request: RolloutRequest) -> InitResponse:
+        if isinstance(self.agent_loop, NoV1AgentLoop):
+            raise ProtocolNotServed(NOT_V1)
         # The input rules, in order, before anything is stored: metadata size, server_url, tools.
         check_metadata_size(request, self.settings.max_metadata_size_bytes)
         check_server_url(request.server_url, self.outbound)
@@ -127,9 +131,38 @@ class RolloutService:
             now=now,
             ttl_seconds=self.settings.server.record_ttl_seconds,
         )
+
+        def job(claimed: RolloutRecord | None) -> Job:
+            return Job(
+                request.rollout_id,
+                1,
+                request.api_key,
+                request=request,
+                init_response=init_response,
+                claimed=claimed,
+            )
+
+        created = await self.admit(record, api_key=request.api_key, job=job, now=now)
+        if not created.created:
+            return await self._duplicate(record, created.record, created.conflict_on, request)
+        return init_response
+
+    async def admit(
+        self,
+        record: RolloutRecord,
+        *,
+        api_key: str | None,
+        job: Callable[[RolloutRecord | None], Job],
+        now: float,
+    ) -> CreateResult:
+        """Store ``record`` (``api_key`` sealed into it where this process keeps keys) and hand
+        its job (``job``, given the record when it was created claimed) to a worker, whichever
+        protocol it came in on. Not created (a live record holds its slot or id): nothing is
+        handed off, and the result says who holds it. A failed hand-off releases the record
+        (DispatchError, Overloaded)."""
         vault = self.engine.vault if self.engine is not None else None
-        if self.seal_at_init and vault is not None and request.api_key is not None:
-            sealed = await vault.seal(request.api_key, rollout_id=record.rollout_id)
+        if self.seal_at_init and vault is not None and api_key is not None:
+            sealed = await vault.seal(api_key, rollout_id=record.rollout_id)
             record = record.evolve(sealed_key=sealed)
         # A job that will start at once here (a free slot, reserved now) gets its record
         # created claimed: one write instead of a create and then the worker's claim.
@@ -144,14 +177,12 @@ class RolloutService:
             raise
         if not created.created:
             self._unreserve(claim)
-            return await self._duplicate(record, created.record, created.conflict_on, request)
+            return created
         if claim is not None and self.engine is not None:
             # RUNNING already, before its worker starts: a cancel meanwhile must reach it.
             self.engine.cancels.expect(record.rollout_id)
         try:
-            await self._hand_off(
-                request, init_response, claimed=created.record if claim is not None else None
-            )
+            await self._dispatch(job(created.record if claim is not None else None))
         except DispatchError:
             # (A claimed record is not released, being RUNNING: its lease runs out and the
             # recovery ends it with an ERROR that is reported. Only a dispatcher shutting down
@@ -169,7 +200,7 @@ class RolloutService:
             raise
         self.telemetry.count(Metric.ROLLOUTS_ACCEPTED)
         logger.info("rollout accepted", extra={"rollout_id": record.rollout_id})
-        return init_response
+        return created
 
     async def _reserve(self, now: float) -> Claim | None:
         """The claim init makes for a job that starts at once here, its slot reserved; None
@@ -185,25 +216,10 @@ class RolloutService:
         if claim is not None and self._reserving is not None:
             self._reserving.unreserve()
 
-    async def _hand_off(
-        self,
-        request: RolloutRequest,
-        init_response: InitResponse | None = None,
-        *,
-        claimed: RolloutRecord | None = None,
-    ) -> None:
+    async def _dispatch(self, job: Job) -> None:
         try:
-            with self.telemetry.span(Span.HAND_OFF, rollout_id=request.rollout_id):
-                await self.dispatcher.dispatch(
-                    Job(
-                        request.rollout_id,
-                        1,
-                        request.api_key,
-                        request=request,
-                        init_response=init_response,
-                        claimed=claimed,
-                    )
-                )
+            with self.telemetry.span(Span.HAND_OFF, rollout_id=job.rollout_id):
+                await self.dispatcher.dispatch(job)
         except DispatchError:
             raise
         except Exception as exc:
@@ -276,7 +292,7 @@ class RolloutService:
                 raise DispatchError("the rollout's hand-off failed")
             return  # claimed meanwhile, or another duplicate took the lease first
         try:
-            await self._hand_off(request)
+            await self._dispatch(Job(request.rollout_id, 1, request.api_key, request=request))
         except DispatchError as exc:
             if not watched:
                 raise  # no sealed key: nothing could hand it off later; TrainGate retries

@@ -38,10 +38,11 @@ from rollout_sdk.engine.responses import (
     messages_or_empty,
     to_response,
 )
+from rollout_sdk.engine.workflows import WorkflowRunner, cancelled_before_start, kit_response
 from rollout_sdk.errors import FailureCategory, RolloutCancelled, RolloutError, StoreError
 from rollout_sdk.protocol import RolloutResponse
 from rollout_sdk.store.base import Claim
-from rollout_sdk.store.record import RecordState, RolloutRecord, expiry
+from rollout_sdk.store.record import PROTOCOL_OSMOSIS03, RecordState, RolloutRecord, expiry
 from rollout_sdk.telemetry import (
     NO_TELEMETRY,
     Metric,
@@ -86,6 +87,8 @@ class RolloutWorker:
     telemetry: Telemetry = NO_TELEMETRY
     #: The cost estimate (on Lambda; nothing on the local server).
     costs: CostLedger = NO_COSTS
+    #: What runs osmosis-ai 0.3.8 rollouts (``rollout-sdk serve --workflow``); None: none here.
+    workflows: WorkflowRunner | None = None
 
     def _ttl(self) -> float:
         return float(self.settings.server.record_ttl_seconds)
@@ -167,11 +170,19 @@ class RolloutWorker:
             self.telemetry.count(Metric.ROLLOUTS_STARTED)
         logger.info("rollout claimed", extra={"rollout_id": job.rollout_id, "attempt": job.attempt})
         if record.cancel_requested and journal is None:
-            response = error_response(
-                job.rollout_id,
-                "rollout cancelled before it started",
-                category=FailureCategory.CANCELLED,
-                attempt=job.attempt,
+            response = (
+                kit_response(
+                    job.rollout_id,
+                    cancelled_before_start(record.cancel_reason),
+                    attempt=job.attempt,
+                )
+                if record.protocol == PROTOCOL_OSMOSIS03
+                else error_response(
+                    job.rollout_id,
+                    "rollout cancelled before it started",
+                    category=FailureCategory.CANCELLED,
+                    attempt=job.attempt,
+                )
             )
         else:
             response = await self._execute(record, job, budget, journal)
@@ -249,9 +260,12 @@ class RolloutWorker:
         self, record: RolloutRecord, job: Job, budget: float, journal: Journal | None
     ) -> RolloutResponse:
         with self.cancels.watching(job.rollout_id) as cancelled:
+            seen = record
 
             def note_cancel(current: RolloutRecord) -> None:
+                nonlocal seen
                 if current.cancel_requested:
+                    seen = current  # with its reason (a 0.3.8 polling lease that ran out)
                     cancelled.set()
 
             note_cancel(record)  # requested before this run (a durable rollout's replay)
@@ -263,6 +277,8 @@ class RolloutWorker:
                 note_cancel,
                 watch=self.leases.watches(record),
             ):
+                if record.protocol == PROTOCOL_OSMOSIS03:
+                    return await self._run_workflow(record, job, budget, cancelled, lambda: seen)
                 if journal is None:
                     return await self._run_agent(record, job, budget, cancelled, None)
                 journal.bind(cancelled)
@@ -271,6 +287,32 @@ class RolloutWorker:
                     return await self._run_agent(record, job, budget, cancelled, journal)
                 finally:
                     current_journal.reset(token)
+
+    async def _run_workflow(
+        self,
+        record: RolloutRecord,
+        job: Job,
+        budget: float,
+        cancelled: asyncio.Event,
+        latest: Callable[[], RolloutRecord],
+    ) -> RolloutResponse:
+        """An osmosis-ai 0.3.8 rollout: its workflow and grader (rollout_sdk/engine/workflows.py)."""
+        if self.workflows is None:
+            return error_response(
+                job.rollout_id,
+                "this server runs no osmosis-ai 0.3.8 workflow (rollout-sdk serve --workflow)",
+                category=FailureCategory.INFRASTRUCTURE,
+                attempt=job.attempt,
+            )
+        response = await self.workflows.run(
+            record,
+            api_key=job.api_key,
+            attempt=job.attempt,
+            budget=budget,
+            cancelled=cancelled,
+            cancel_reason=lambda: latest().cancel_reason,
+        )
+        return response
 
     async def _run_agent(
         self,

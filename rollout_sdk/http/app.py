@@ -16,10 +16,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import uuid
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,11 +33,13 @@ from rollout_sdk.dispatch.inprocess import InProcessDispatcher
 from rollout_sdk.engine.assembly import DispatcherFor, Engine
 from rollout_sdk.engine.service import RolloutService, record_status
 from rollout_sdk.engine.worker import RolloutWorker
+from rollout_sdk.engine.workflows import Workflows
 from rollout_sdk.errors import ConfigurationError
 from rollout_sdk.http.admission import AdmissionMiddleware
 from rollout_sdk.http.auth import KeyProvider, ServerKeyMiddleware
 from rollout_sdk.http.body_limits import InitBodyLimits
 from rollout_sdk.http.init_route import LeanInitRoute
+from rollout_sdk.http.osmosis03_routes import add_osmosis03_routes
 from rollout_sdk.http.problems import install_problem_handlers
 from rollout_sdk.protocol import InitResponse, RolloutRequest, build_models
 from rollout_sdk.settings import RolloutSettings, get_settings
@@ -48,6 +51,7 @@ from rollout_sdk.traingate.outbound import OutboundPolicy, Reach
 from rollout_sdk.vault import KeyVault, LocalVault
 
 if TYPE_CHECKING:
+    from rollout_sdk.engine.osmosis03 import Osmosis03Service
     from rollout_sdk.http.prometheus import PrometheusTelemetry
 
 logger = logging.getLogger("rollout_sdk.http.app")
@@ -65,6 +69,10 @@ class AppServices:
     service: RolloutService
     engine: Engine
     dispatcher: Dispatcher
+    #: The osmosis-ai 0.3.8 routes' service, where a workflow is served.
+    osmosis03: Osmosis03Service | None = None
+    #: This process (a new id each start): ``/health``'s ``process_id``.
+    process_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
     @property
     def settings(self) -> RolloutSettings:
@@ -118,6 +126,7 @@ def build_app(
     # model is never deferred; the others are built where a composition says so, or when used.
     InitResponse.model_rebuild()
     starting, serving, stopping = tuple(on_startup), tuple(while_serving), tuple(on_shutdown)
+    lifecycle = Lifecycle()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -127,6 +136,7 @@ def build_app(
         try:
             yield
         finally:
+            lifecycle.accepting = False
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -145,7 +155,9 @@ def build_app(
     )
     app.state.services = services
     install_problem_handlers(app)
-    _add_routes(app, agent_loop, services)
+    _add_routes(app, agent_loop, services, lifecycle)
+    if services.osmosis03 is not None:
+        add_osmosis03_routes(app, services.osmosis03)
     if metrics is not None:
         _add_metrics_route(app, metrics)
     # Innermost: it sees only what the key check and admission let through.
@@ -161,20 +173,41 @@ def build_app(
     return app
 
 
-def _add_routes(app: FastAPI, agent_loop: RolloutAgentLoop, services: AppServices) -> None:
+@dataclass
+class Lifecycle:
+    """Whether the app still takes rollouts (False from the start of its shutdown)."""
+
+    accepting: bool = True
+
+
+def _add_routes(
+    app: FastAPI, agent_loop: RolloutAgentLoop, services: AppServices, lifecycle: Lifecycle
+) -> None:
     service = services.service
 
     @app.post("/v1/rollout/init", status_code=202, response_model=InitResponse)
     async def init_rollout(request: RolloutRequest) -> InitResponse:
         return await service.init(request)
 
+    workflows = services.engine.workflows
+
     def health_body() -> dict[str, Any]:
-        return {
+        # One answer for both protocols' clients: v1's fields, and osmosis-ai 0.3.8's identity
+        # and lifecycle (RolloutClient.wait_idle reads process_id and lifecycle).
+        active = services.dispatcher.active
+        body: dict[str, Any] = {
             "status": "healthy",
             "agent_loop": agent_loop.name,
-            "active_rollouts": services.dispatcher.active,
+            "active_rollouts": active,
             "completed_rollouts": services.dispatcher.completed,
+            "instance_id": services.store.owner or services.process_id,
+            "process_id": services.process_id,
+            "lifecycle": {"accepting_rollouts": lifecycle.accepting, "active_rollouts": active},
         }
+        if workflows is not None:
+            body["workflow"] = workflows.name
+            body["grader"] = workflows.grader_name
+        return body
 
     @app.get("/v1/rollout/{rollout_id}")
     async def rollout_status(rollout_id: str) -> dict[str, Any]:
@@ -233,6 +266,7 @@ def local_engine(
     dispatcher: Dispatcher | None = None,
     debug_dir: str | Path | None = None,
     telemetry: Telemetry = NO_TELEMETRY,
+    workflows: Workflows | None = None,
 ) -> Engine:
     """The engine of a process that runs its own rollouts: on ``store`` (default: in memory),
     calling TrainGate through ``client`` (default: one that may reach loopback and the LAN,
@@ -252,6 +286,7 @@ def local_engine(
         debug_dir=debug_dir,
         telemetry=telemetry,
         dispatcher=in_process(settings) if dispatcher is None else lambda _worker: dispatcher,
+        workflows=workflows,
     )
 
 
@@ -277,19 +312,35 @@ def local_app(
             "(rollout_sdk.http.app.local_engine does)"
         )
     build_models()
-    services = AppServices(
-        service=RolloutService(
-            agent_loop,
-            engine.store,
-            engine.dispatcher,
-            engine.settings,
-            engine=engine,
-            seal_at_init=True,
-        ),
+    service = RolloutService(
+        agent_loop,
+        engine.store,
+        engine.dispatcher,
+        engine.settings,
         engine=engine,
-        dispatcher=engine.dispatcher,
+        seal_at_init=True,
     )
-    interval = engine.settings.kit.redrive_interval_seconds
+    osmosis03 = None
+    serving: list[tuple[str, Background]] = [
+        (
+            "re-drive",
+            lambda: engine.recovery.run_forever(engine.settings.kit.redrive_interval_seconds),
+        )
+    ]
+    if engine.workflows is not None:
+        from rollout_sdk.engine.osmosis03 import Osmosis03Service
+
+        osmosis03 = Osmosis03Service(
+            service,
+            engine,
+            wait_seconds=engine.settings.kit.osmosis03_result_wait_seconds,
+            lease_seconds=engine.settings.kit.osmosis03_polling_lease_seconds,
+            clock=engine.clock,
+        )
+        serving.append(("0.3.8 polling leases", osmosis03.watch_leases))
+    services = AppServices(
+        service=service, engine=engine, dispatcher=engine.dispatcher, osmosis03=osmosis03
+    )
     return build_app(
         agent_loop,
         services,
@@ -297,7 +348,7 @@ def local_app(
         key_provider=key_provider,
         docs=docs,
         on_startup=(engine.client.prepare, *on_startup),
-        while_serving=[("re-drive", lambda: engine.recovery.run_forever(interval))],
+        while_serving=serving,
         on_shutdown=on_shutdown,
         metrics=metrics,
     )

@@ -21,15 +21,19 @@ from starlette.responses import JSONResponse
 
 from rollout_sdk.errors import (
     AgentToolsError,
+    CancelSelectorRefused,
     DispatchError,
     EndpointDisabled,
     IdempotencyConflict,
     MisdirectedRequest,
     Overloaded,
     PayloadTooLarge,
+    PollLeaseRefused,
+    ProtocolNotServed,
     RecordTooLarge,
     RolloutAlreadyFinished,
     RolloutError,
+    RolloutIdTaken,
     RolloutNotFound,
     ServerKeyMissing,
     ServerKeyUnavailable,
@@ -131,6 +135,11 @@ PROBLEMS: Mapping[type[RolloutError], Problem[Any]] = dict(
         _entry(StoreError, _retry_init("the record store failed: ")),
         _entry(RolloutNotFound, Problem(404)),
         _entry(RolloutAlreadyFinished, Problem(409)),
+        # The osmosis-ai 0.3.8 routes' own.
+        _entry(RolloutIdTaken, Problem(409)),
+        _entry(PollLeaseRefused, Problem(403)),
+        _entry(CancelSelectorRefused, Problem(422)),
+        _entry(ProtocolNotServed, Problem(404)),
     ]
 )
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from rollout_sdk.agent.loop import RolloutAgentLoop
+    from rollout_sdk.engine.workflows import Workflows
     from rollout_sdk.local.exposure import Exposure
     from rollout_sdk.settings import RolloutSettings
     from rollout_sdk.store.base import Store
@@ -157,6 +158,7 @@ def build_local_app(
     debug_dir: str | Path | None = None,
     docs: bool = True,
     host_check: Iterable[str] | None = None,
+    workflows: Workflows | None = None,
 ) -> FastAPI:
     """The local server's app: :func:`rollout_sdk.http.app.local_app` on a durable store with
     the in-process worker, its metrics at ``GET /metrics`` (Prometheus' text format).
@@ -170,7 +172,7 @@ def build_local_app(
     flight, and re-drives undelivered responses. Raises ServeError when another server holds
     the folder.
     """
-    app = _build_app(agent_loop, store, state_dir, api_keys, settings, debug_dir, docs)
+    app = _build_app(agent_loop, store, state_dir, api_keys, settings, debug_dir, docs, workflows)
     if host_check is not None:
         from rollout_sdk.http.host_check import HostCheckMiddleware
 
@@ -187,6 +189,7 @@ def _build_app(
     settings: RolloutSettings | None,
     debug_dir: str | Path | None,
     docs: bool,
+    workflows: Workflows | None = None,
 ) -> FastAPI:
     from rollout_sdk.http.app import local_app, local_engine
     from rollout_sdk.http.prometheus import PrometheusTelemetry
@@ -203,6 +206,7 @@ def _build_app(
             store=open_store(store, state_dir) if isinstance(store, str) else store,
             debug_dir=debug_dir,
             telemetry=metrics,
+            workflows=workflows,
         )
         return local_app(agent_loop, engine, keys=api_keys, docs=docs, metrics=metrics)
     lock = StateLock(state_dir).acquire()
@@ -216,6 +220,7 @@ def _build_app(
             vault=LocalVault(Path(state_dir) / KEY_FILE),
             debug_dir=debug_dir,
             telemetry=metrics,
+            workflows=workflows,
         )
         return local_app(
             agent_loop,
@@ -303,6 +308,7 @@ def run_server(
     loop: str = "auto",
     http: str = "auto",
     announce: Callable[[str], None] = lambda _line: None,
+    workflows: Workflows | None = None,
 ) -> None:
     """Serve ``agent_loop`` with uvicorn on ``exposure``'s address until interrupted: the one
     path of ``rollout-sdk serve`` and of :func:`~rollout_sdk.serving.serve_agent_loop`. ``announce`` gets the start-up lines
@@ -312,6 +318,8 @@ def run_server(
     ConfigurationError, StoreError or ServeError when the server cannot start.
     """
     import uvicorn
+
+    from rollout_sdk.engine.workflows import NoV1AgentLoop
 
     choice = store or StoreChoice()
     with _opened(choice, state_dir) as (opened, where):
@@ -323,9 +331,18 @@ def run_server(
             settings=settings,
             debug_dir=debug_dir,
             host_check=exposure.host_check(),
+            workflows=workflows,
         )
+        what = (
+            []
+            if isinstance(agent_loop, NoV1AgentLoop)
+            else [f"agent loop {agent_loop.name!r} (v1)"]
+        )
+        if workflows is not None:
+            graded = f", grader {workflows.grader_name}" if workflows.grader_name else ", no grader"
+            what.append(f"workflow {workflows.name}{graded} (osmosis-ai 0.3.8)")
         announce(
-            f"serving agent loop {agent_loop.name!r} on http://{exposure.host}:{exposure.port} "
+            f"serving {' and '.join(what)} on http://{exposure.host}:{exposure.port} "
             f"(store: {where}; {exposure.describe()})"
         )
         embedded = choice.kind == "dynamodb" and choice.dynamodb_endpoint is None

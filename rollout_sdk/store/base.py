@@ -102,6 +102,9 @@ class Guard:
     attempt: int | None = None
     lease_free_at: float | None = None
     due_by: float | None = None
+    #: When given, the record's polling lease (``poll_until``) is set and has not run out by
+    #: then.
+    poll_live_at: float | None = None
 
     def admits(self, record: RolloutRecord) -> bool:
         """The live ``record`` meets the guard."""
@@ -111,6 +114,10 @@ class Guard:
             and (self.lease_free_at is None or record.lease_free(self.lease_free_at))
             and (
                 self.due_by is None or (record.due_at is not None and record.due_at <= self.due_by)
+            )
+            and (
+                self.poll_live_at is None
+                or (record.poll_until is not None and record.poll_until >= self.poll_live_at)
             )
         )
 
@@ -141,6 +148,9 @@ class Update:
     sealed_key: str | _Unset | None = field(default=UNSET, repr=False)
     #: The whole ``extra`` map (the delivery moves write the rollout's cost so far there).
     extra: dict[str, Any] | _Unset = UNSET
+    #: A 0.3.8 rollout's polling lease, renewed by each poll.
+    poll_until: float | _Unset | None = UNSET
+    cancel_reason: str | _Unset | None = UNSET
 
     def changes(self) -> dict[str, Any]:
         """The set fields by name (for an adapter to encode)."""
@@ -537,11 +547,25 @@ class Store(abc.ABC):
 
     # ------------------------------------------------------------------ init and cancel
 
-    async def request_cancel(self, rollout_id: str, *, now: float) -> TransitionResult:
-        """Set the cancel flag of an ACCEPTED or RUNNING record."""
+    async def request_cancel(
+        self, rollout_id: str, *, now: float, reason: str | None = None
+    ) -> TransitionResult:
+        """Set the cancel flag of an ACCEPTED or RUNNING record (with ``reason``, when it is not
+        a cancel request: a 0.3.8 rollout's polling lease ran out)."""
         guard = Guard(states=(RecordState.ACCEPTED, RecordState.RUNNING))
-        update = Update(cancel_requested=True, updated_at=now)
+        update = Update(
+            cancel_requested=True,
+            updated_at=now,
+            cancel_reason=UNSET if reason is None else reason,
+        )
         return await self._apply(rollout_id, guard, update, now=now)
+
+    async def renew_poll(self, rollout_id: str, *, until: float, now: float) -> TransitionResult:
+        """A 0.3.8 rollout's polling lease held until ``until`` (a poll came), while the
+        rollout has no final response and its lease has not run out (``poll_until`` at or
+        after ``now``: a lease that ran out stays out)."""
+        guard = Guard(states=(RecordState.ACCEPTED, RecordState.RUNNING), poll_live_at=now)
+        return await self._apply(rollout_id, guard, Update(poll_until=until), now=now)
 
     async def mark_handoff(
         self,

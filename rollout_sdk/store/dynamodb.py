@@ -277,6 +277,11 @@ class DynamoDBStore(Store):
             names["#due"] = DUE_SORT
             values[":due_by"] = attr(guard.due_by)
             condition += " AND #due <= :due_by"
+        if guard.poll_live_at is not None:
+            # (An absent poll_until fails the comparison, as Guard.admits says.)
+            names["#poll"] = "poll_until"
+            values[":poll_live"] = attr(guard.poll_live_at)
+            condition += " AND #poll >= :poll_live"
         sets, removes = [], []
         changes = update.changes()
         for index, (name, value) in enumerate(changes.items()):

@@ -42,6 +42,11 @@ class RecordState(StrEnum):
         return not self.is_active
 
 
+#: The wire a rollout came in on: v1's (a callback delivers its response) or osmosis-ai 0.3.8's
+#: (its result is polled: rollout_sdk/engine/osmosis03.py). Both share the rollout_id space.
+PROTOCOL_V1 = "v1"
+PROTOCOL_OSMOSIS03 = "osmosis03"
+
 #: Fields that do not make two inits different requests (a retry may rotate the callback key).
 _NOT_COMPARED = frozenset({"api_key"})
 
@@ -51,7 +56,13 @@ def idempotency_slot(request: RolloutRequest) -> str:
     name spaces, so one rollout's id never collides with another rollout's explicit key."""
     if request.idempotency_key is not None:
         return "key:" + request.idempotency_key
-    return "rid:" + request.rollout_id
+    return idempotency_slot_for(request.rollout_id)
+
+
+def idempotency_slot_for(rollout_id: str) -> str:
+    """The slot of a rollout known by its id alone (a v1 init without a key, every 0.3.8 one):
+    the same name space, so both protocols share the rollout_id space."""
+    return "rid:" + rollout_id
 
 
 def comparable_request(request: RolloutRequest) -> dict[str, Any]:
@@ -108,9 +119,18 @@ class RolloutRecord:
     #: When a recoverer must look at the record (the due index): a parked response's next try,
     #: a watched lease's end, a duplicate's hand-off lease; None keeps it out of the index.
     due_at: float | None = None
-    #: The callback key, sealed by a KeyVault; only while a report may still need it.
+    #: The callback key, sealed by a KeyVault; only while a report may still need it (a 0.3.8
+    #: rollout's: its ``llm_api_key``).
     sealed_key: str | None = field(default=None, repr=False)
     extra: dict[str, Any] = field(default_factory=dict)
+    #: :data:`PROTOCOL_V1` or :data:`PROTOCOL_OSMOSIS03`.
+    protocol: str = PROTOCOL_V1
+    #: A 0.3.8 rollout's polling lease: the digest of its token, and until when the last poll
+    #: holds it (each poll renews it; one not renewed in time ends the rollout).
+    poll_digest: str | None = field(default=None, repr=False)
+    poll_until: float | None = None
+    #: Why a cancel was asked, when not by a cancel request (``lease_expired``).
+    cancel_reason: str | None = None
 
     @classmethod
     def new(

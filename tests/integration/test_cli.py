@@ -76,12 +76,16 @@ def test_serve_answers_health_and_guards_platform_health(tmp_path: Path) -> None
     assert server.process is not None
     assert server.process.returncode is not None  # stopped
     assert health.status_code == 200
-    assert health.json() == {
+    body = health.json()
+    assert {
+        k: body[k] for k in ("status", "agent_loop", "active_rollouts", "completed_rollouts")
+    } == {
         "status": "healthy",
         "agent_loop": "calculator",
         "active_rollouts": 0,
         "completed_rollouts": 0,
     }
+    assert body["lifecycle"] == {"accepting_rollouts": True, "active_rollouts": 0}
     assert anonymous.status_code == 401
     assert keyed.status_code == 200
     assert (tmp_path / "rollouts.sqlite3").exists()

@@ -106,4 +106,4 @@ def test_serve_mcp_refuses_a_bad_folder_and_agent_with_mcp(tmp_path: Path) -> No
     assert "not allowed with argument" in both.stderr
     neither = run_cli("serve", "--port", "1", cwd=tmp_path, timeout=30)
     assert neither.returncode == 2
-    assert "one of the arguments --agent --mcp is required" in neither.stderr
+    assert "say what to serve: --agent MODULE:ATTR, --mcp DIR, or --workflow" in neither.stderr

@@ -374,7 +374,7 @@ async def test_platform_health(server: Server) -> None:
     assert wrong.status_code == 401
     right = await server.http.get("/platform/health", headers=AUTH)
     assert right.status_code == 200
-    assert right.json() == {
+    assert _v1_part(right.json()) == {
         "status": "healthy",
         "agent_loop": "echo",
         "active_rollouts": 0,
@@ -392,12 +392,23 @@ async def test_health_needs_no_key_and_counts(server: Server) -> None:
     server.dispatcher.completed_count = 9
     answer = await server.http.get("/health")
     assert answer.status_code == 200
-    assert answer.json() == {
+    body = answer.json()
+    assert _v1_part(body) == {
         "status": "healthy",
         "agent_loop": "echo",
         "active_rollouts": 4,
         "completed_rollouts": 9,
     }
+    # osmosis-ai 0.3.8's part of the one answer (RolloutClient.wait_idle reads it).
+    assert body["lifecycle"] == {"accepting_rollouts": True, "active_rollouts": 4}
+    assert body["process_id"] and body["instance_id"]
+    again = (await server.http.get("/health")).json()
+    assert again["process_id"] == body["process_id"]  # the same process, the same id
+
+
+def _v1_part(body: dict[str, Any]) -> dict[str, Any]:
+    """v1's fields of /health (the rest is osmosis-ai 0.3.8's)."""
+    return {k: v for k, v in body.items() if k not in ("instance_id", "process_id", "lifecycle")}
 
 
 async def test_key_is_required_under_a_root_path() -> None:

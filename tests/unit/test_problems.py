@@ -16,6 +16,7 @@ from rollout_sdk.errors import (
     AgentLoopNotFoundError,
     AgentLoopValidationError,
     AgentToolsError,
+    CancelSelectorRefused,
     ConfigurationError,
     DispatchError,
     EndpointDisabled,
@@ -28,11 +29,14 @@ from rollout_sdk.errors import (
     OsmosisValidationError,
     Overloaded,
     PayloadTooLarge,
+    PollLeaseRefused,
+    ProtocolNotServed,
     RecordTooLarge,
     RequestRejected,
     RolloutAlreadyFinished,
     RolloutCancelled,
     RolloutError,
+    RolloutIdTaken,
     RolloutNotFound,
     ServerKeyMissing,
     ServerKeyUnavailable,
@@ -109,6 +113,10 @@ ANSWERS: list[tuple[RolloutError, int, dict[str, str], object]] = [
     (RecordTooLarge("key too long"), 413, {}, {"detail": "key too long"}),
     (RolloutNotFound("no r1"), 404, {}, {"detail": "no r1"}),
     (RolloutAlreadyFinished("done"), 409, {}, {"detail": "done"}),
+    (RolloutIdTaken("taken"), 409, {}, {"detail": "taken"}),
+    (PollLeaseRefused("invalid polling lease"), 403, {}, {"detail": "invalid polling lease"}),
+    (CancelSelectorRefused("one"), 422, {}, {"detail": "one"}),
+    (ProtocolNotServed("v1 only"), 404, {}, {"detail": "v1 only"}),
 ]
 
 

@@ -24,8 +24,9 @@ DESCRIPTION = (
 
 def add_arguments(serve: argparse.ArgumentParser) -> None:
     """``serve``'s options: what it serves, who may call it, its store, uvicorn's knobs."""
-    # One of the two: an agent loop of your own, or the MCPAgentLoop of an MCP folder.
-    served = serve.add_mutually_exclusive_group(required=True)
+    # A v1 agent loop (one of the two: your own, or the MCPAgentLoop of an MCP folder), an
+    # osmosis-ai 0.3.8 workflow, or one of each: both protocols on one server.
+    served = serve.add_mutually_exclusive_group()
     served.add_argument(
         "--agent",
         metavar="MODULE:ATTR",
@@ -36,6 +37,28 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="instead of --agent: serve the built-in MCPAgentLoop on the FastMCP server that "
         "DIR/main.py defines, e.g. examples/mcp_calculator (needs pip install 'rollout-sdk[mcp]')",
+    )
+    workflow = serve.add_argument_group(
+        "osmosis-ai 0.3.8",
+        "serve a 0.3.8 AgentWorkflow (and Grader) on the 0.3.8 wire (POST /rollout, "
+        "GET /rollout/{id}/result, POST /rollout/cancel), beside or instead of --agent",
+    )
+    workflow.add_argument(
+        "--workflow",
+        metavar="MODULE:ATTR",
+        help="an AgentWorkflow subclass, e.g. examples.osmosis03.workflow:AnswerWorkflow",
+    )
+    workflow.add_argument(
+        "--grader", metavar="MODULE:ATTR", help="a Grader subclass (needs --workflow)"
+    )
+    workflow.add_argument(
+        "--workflow-config",
+        metavar="MODULE:ATTR",
+        help="an AgentWorkflowConfig instance handed to each workflow (its concurrency bounds "
+        "the rollouts it runs at once)",
+    )
+    workflow.add_argument(
+        "--grader-config", metavar="MODULE:ATTR", help="a GraderConfig instance for the grader"
     )
     _add_access(serve)
     _add_store(serve)
@@ -130,19 +153,36 @@ def run(args: argparse.Namespace) -> int:
     """Serve the agent loop (or MCP folder) until interrupted."""
     from rollout_sdk.agent.validation import format_report, validate_agent_loop
     from rollout_sdk.errors import ConfigurationError, MCPLoadError, ServeError, StoreError
-    from rollout_sdk.loader import load_agent_loop
+    from rollout_sdk.loader import load_agent_loop, load_workflows
     from rollout_sdk.local.exposure import Exposure
     from rollout_sdk.local.server import StoreChoice, run_server
     from rollout_sdk.settings import get_settings
 
+    if args.agent is None and args.mcp is None and args.workflow is None:
+        return fail(
+            "say what to serve: --agent MODULE:ATTR, --mcp DIR, or --workflow MODULE:ATTR", 2
+        )
+    if args.workflow is None and (args.grader or args.workflow_config or args.grader_config):
+        return fail("--grader, --workflow-config and --grader-config go with --workflow", 2)
     try:
         settings = get_settings()
+        workflows = (
+            None
+            if args.workflow is None
+            else load_workflows(
+                args.workflow, args.grader, args.workflow_config, args.grader_config
+            )
+        )
         if args.mcp is not None:
             from rollout_sdk.mcp import agent_loop_from_folder
 
             agent_loop = agent_loop_from_folder(args.mcp)
-        else:
+        elif args.agent is not None:
             agent_loop = load_agent_loop(args.agent)
+        else:
+            from rollout_sdk.engine.workflows import NoV1AgentLoop
+
+            agent_loop = NoV1AgentLoop()
     except (ConfigurationError, MCPLoadError) as exc:
         return fail(str(exc), 1)
     result = validate_agent_loop(agent_loop)
@@ -174,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
             loop=args.loop,
             http=args.http,
             announce=lambda line: print(f"rollout-sdk: {line}", file=sys.stderr),
+            workflows=workflows,
         )
     except (ConfigurationError, StoreError, ServeError) as exc:
         return fail(str(exc), 1)

@@ -1,0 +1,65 @@
+"""The workflows and graders the osmosis-ai 0.3.8 suite serves (``rollout-sdk serve
+--workflow tests.osmosis03.workflows:Scripted --grader tests.osmosis03.workflows:Scripted...``).
+They import the kit's 0.3.8 author API only (the server runs them in the kit's environment).
+
+What each rollout does is said by its metadata, so one server runs every case:
+
+- ``{"answer": "..."}``: ask the model once (at ``chat_completions_url``) and return the
+  conversation with its answer; the grader rewards 1.0 when the answer contains the label;
+- ``{"raise": "..."}``: the workflow raises a RuntimeError with that message;
+- ``{"hang": true}``: the workflow waits until it is cancelled (a timeout, a cancel, a lease);
+- ``{"grader_hang": true}``: the grader waits until it is cancelled;
+- ``{"grader_raise": "..."}``: the grader raises a ValueError;
+- ``{"remove": true}``: the grader removes the sample instead of rewarding it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from rollout_sdk.osmosis03 import (
+    AgentWorkflow,
+    AgentWorkflowConfig,
+    AgentWorkflowContext,
+    Grader,
+    GraderContext,
+    get_rollout_context,
+)
+
+
+class Scripted(AgentWorkflow[AgentWorkflowConfig]):
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> list[dict[str, Any]]:
+        metadata = ctx.metadata or {}
+        if "raise" in metadata:
+            raise RuntimeError(str(metadata["raise"]))
+        if metadata.get("hang"):
+            await asyncio.Event().wait()
+        rollout = get_rollout_context()
+        assert rollout is not None
+        headers = {"Authorization": f"Bearer {rollout.api_key}"} if rollout.api_key else {}
+        async with httpx.AsyncClient(timeout=30) as http:
+            answer = await http.post(
+                rollout.chat_completions_url.rstrip("/") + "/chat/completions",
+                json={"model": "default", "messages": ctx.prompt, "rollout_id": rollout.rollout_id},
+                headers=headers,
+            )
+        answer.raise_for_status()
+        return [*ctx.prompt, answer.json()["choices"][0]["message"]]
+
+
+class ScriptedGrader(Grader):
+    async def grade(self, ctx: GraderContext) -> None:
+        metadata = ctx.metadata or {}
+        if metadata.get("grader_hang"):
+            await asyncio.Event().wait()
+        if "grader_raise" in metadata:
+            raise ValueError(str(metadata["grader_raise"]))
+        assert ctx.sample is not None
+        if metadata.get("remove"):
+            ctx.sample.remove_sample = True
+            return
+        text = str((ctx.sample.messages[-1] if ctx.sample.messages else {}).get("content") or "")
+        ctx.set_reward(1.0 if ctx.label and ctx.label in text else 0.0)
