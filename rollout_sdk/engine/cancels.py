@@ -17,6 +17,8 @@ class CancelSignals:
 
     def __init__(self) -> None:
         self._events: dict[str, asyncio.Event] = {}
+        #: Why each signalled rollout was asked to stop, when not by a cancel request.
+        self._reasons: dict[str, str] = {}
 
     def expect(self, rollout_id: str) -> None:
         """The rollout will run here at once (init created it claimed, its job dispatched):
@@ -38,14 +40,22 @@ class CancelSignals:
             yield event
         finally:
             self._events.pop(rollout_id, None)
+            self._reasons.pop(rollout_id, None)
 
-    def signal(self, rollout_id: str) -> bool:
-        """Set the rollout's cancel event; False when it does not run in this process."""
+    def signal(self, rollout_id: str, reason: str | None = None) -> bool:
+        """Set the rollout's cancel event (``reason``: why, when not a cancel request: an
+        osmosis-ai 0.3.8 polling lease that ran out); False when it does not run here."""
         event = self._events.get(rollout_id)
         if event is None:
             return False
+        if reason is not None:
+            self._reasons[rollout_id] = reason
         event.set()
         return True
+
+    def reason(self, rollout_id: str) -> str | None:
+        """Why the rollout was signalled, if a reason was given."""
+        return self._reasons.get(rollout_id)
 
     def __contains__(self, rollout_id: object) -> bool:
         return rollout_id in self._events

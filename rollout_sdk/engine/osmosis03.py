@@ -294,7 +294,7 @@ class Osmosis03Service:
         marked = await self.store.request_cancel(record.rollout_id, now=now, reason=reason)
         if not marked.applied or marked.record is None:
             return marked.record or record
-        if engine.cancels.signal(record.rollout_id):
+        if engine.cancels.signal(record.rollout_id, reason):
             return marked.record
         if marked.record.state == RecordState.ACCEPTED:
             expired = reason == LEASE_EXPIRED

@@ -310,7 +310,7 @@ class RolloutWorker:
             attempt=job.attempt,
             budget=budget,
             cancelled=cancelled,
-            cancel_reason=lambda: latest().cancel_reason,
+            cancel_reason=lambda: latest().cancel_reason or self.cancels.reason(job.rollout_id),
         )
         return response
 

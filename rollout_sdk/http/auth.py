@@ -24,8 +24,17 @@ from rollout_sdk.http.problems import send_problem
 
 #: Paths that need the server key when one is configured (the local server's /metrics says how
 #: many rollouts ran and failed, and its /docs and /openapi.json map every route and setting:
-#: not for anyone who can reach the port). Only /health stays open, for a load balancer.
-PROTECTED_PREFIXES = ("/v1/rollout", "/platform/", "/metrics", "/docs", "/openapi.json")
+#: not for anyone who can reach the port). Only /health stays open, for a load balancer (and
+#: v1's clients; osmosis-ai 0.3.8's send the key there too, which changes nothing). ``/rollout``:
+#: the osmosis-ai 0.3.8 routes (``/rollout``, ``/rollout/{id}/result``, ``/rollout/cancel``).
+PROTECTED_PREFIXES = (
+    "/v1/rollout",
+    "/rollout",
+    "/platform/",
+    "/metrics",
+    "/docs",
+    "/openapi.json",
+)
 
 
 def request_paths(scope: Scope) -> tuple[str, str]:

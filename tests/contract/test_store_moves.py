@@ -184,6 +184,15 @@ MOVES = [
         checks_attempt=False,
     ),
     Move(
+        "request_cancel-with-a-reason",
+        (RecordState.ACCEPTED, RecordState.RUNNING),
+        lambda s, r, a, now: s.request_cancel(r.rollout_id, now=now, reason="lease_expired"),
+        lambda before, now: before.evolve(
+            cancel_requested=True, updated_at=now, cancel_reason="lease_expired"
+        ),
+        checks_attempt=False,
+    ),
+    Move(
         "mark_handoff",
         (RecordState.ACCEPTED,),
         lambda s, r, a, now: s.mark_handoff(

@@ -152,9 +152,9 @@ class Server:
 
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[Callable[..., Server]]:
-    """``serve(*extra_args, **settings)``: the kit's server with the suite's workflow and
-    grader, its server key, its state in the test's folder; ``settings`` become ROLLOUT_SDK_*
-    variables (``OSMOSIS03_POLLING_LEASE_SECONDS=4``)."""
+    """``serve(*extra_args, grader=True, **settings)``: the kit's server with the suite's
+    workflow (and grader), its server key, its state in the test's folder; ``settings`` are
+    environment variables (``ROLLOUT_SDK_OSMOSIS03_POLLING_LEASE_SECONDS=4``)."""
     started: list[Server] = []
 
     def start(*extra: str, grader: bool = True, **settings: Any) -> Server:
@@ -163,7 +163,7 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Server]]:
             for k, v in os.environ.items()
             if not k.startswith(("OSMOSIS_", "ROLLOUT_SDK_", "VIRTUAL_ENV", "PYTHON"))
         }
-        env.update({f"ROLLOUT_SDK_{k}": str(v) for k, v in settings.items()})
+        env.update({k: str(v) for k, v in settings.items()})
         env["PYTHONPATH"] = str(REPO)
         args = ["--workflow", WORKFLOW, *(["--grader", GRADER] if grader else [])]
         args += ["--api-key", SERVER_KEY, "--state-dir", str(tmp_path / "state"), *extra]

@@ -1,0 +1,220 @@
+"""osmosis-ai 0.3.8's wire on the kit's app and engine, in process: both protocols on one app
+sharing the rollout_id space, the routes behind the server key, the result view's mapping of
+the kit's categories onto 0.3.8's six, and a full or closing server's answers. The real 0.3.8
+client drives the same server in tests/osmosis03/test_client.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from rollout_sdk.engine.osmosis03 import WIRE_CATEGORIES, result_of
+from rollout_sdk.engine.responses import error_response
+from rollout_sdk.engine.workflows import NoV1AgentLoop, Outcome, Workflows, kit_response
+from rollout_sdk.errors import FailureCategory
+from rollout_sdk.http.app import local_app, local_engine
+from rollout_sdk.osmosis03 import (
+    AgentWorkflow,
+    AgentWorkflowConfig,
+    AgentWorkflowContext,
+    RolloutErrorCategory,
+    RolloutSample,
+    RolloutStatus,
+)
+from rollout_sdk.store.memory import MemoryStore
+from rollout_sdk.store.record import PROTOCOL_OSMOSIS03, RecordState
+
+from .support import EchoAgent, accepted_record, load_settings, request_body
+
+pytestmark = pytest.mark.timeout(60)
+
+KEY = "unit-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+class Waits(AgentWorkflow[AgentWorkflowConfig]):
+    """Waits for its release (or a cancel), then answers its prompt back."""
+
+    release = asyncio.Event()
+
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> list[dict[str, Any]]:
+        await Waits.release.wait()
+        return [*ctx.prompt, {"role": "assistant", "content": "ok"}]
+
+
+async def _app(agent: Any, **settings: Any) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
+    Waits.release = asyncio.Event()
+    engine = local_engine(
+        agent,
+        load_settings(**settings),
+        store=MemoryStore(),
+        workflows=Workflows(workflow=Waits, name="tests:Waits"),
+    )
+    app = local_app(agent, engine, keys=[KEY])
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://rollout.test") as http:
+        yield http, app.state.services
+        Waits.release.set()
+        await engine.dispatcher.drain(5)  # type: ignore[union-attr]
+
+
+@pytest.fixture
+async def both() -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
+    async for pair in _app(EchoAgent()):
+        yield pair
+
+
+def _submit(rollout_id: str) -> dict[str, Any]:
+    return {
+        "rollout_id": rollout_id,
+        "initial_messages": [{"role": "user", "content": "hi"}],
+        "chat_completions_url": "http://127.0.0.1:9/v1",
+        "grade": False,
+    }
+
+
+async def test_the_protocols_share_the_rollout_id_space(
+    both: tuple[httpx.AsyncClient, Any],
+) -> None:
+    http, _ = both
+    v1 = await http.post("/v1/rollout/init", json=request_body(rollout_id="shared-1"), headers=AUTH)
+    assert v1.status_code == 202
+    taken = await http.post("/rollout", json=_submit("shared-1"), headers=AUTH)
+    assert taken.status_code == 409 and taken.json() == {
+        "detail": "rollout_id is already registered"
+    }
+    assert (await http.post("/rollout", json=_submit("shared-2"), headers=AUTH)).status_code == 202
+    other = await http.post(
+        "/v1/rollout/init", json=request_body(rollout_id="shared-2"), headers=AUTH
+    )
+    assert other.status_code == 409
+    # Each protocol sees only its own: v1's status does not show a 0.3.8 rollout's lease, and
+    # 0.3.8's result and cancel never reach a v1 rollout.
+    lease = {**AUTH, "X-Osmosis-Rollout-Lease": "x"}
+    assert (await http.get("/rollout/shared-1/result", headers=lease)).status_code == 404
+    everything = await http.post("/rollout/cancel", json={"all": True}, headers=AUTH)
+    assert everything.json() == {"dispositions": {"shared-2": "cancelled_running"}}
+    by_id = await http.post("/rollout/cancel", json={"ids": ["shared-1"]}, headers=AUTH)
+    assert by_id.json() == {"dispositions": {"shared-1": "not_found"}}
+
+
+async def test_the_0_3_8_routes_need_the_server_key(both: tuple[httpx.AsyncClient, Any]) -> None:
+    http, _ = both
+    for method, path, body in [
+        ("POST", "/rollout", _submit("k-1")),
+        ("GET", "/rollout/k-1/result", None),
+        ("POST", "/rollout/cancel", {"all": True}),
+    ]:
+        answer = await http.request(method, path, json=body)
+        assert answer.status_code == 401, path
+
+
+async def test_bad_input_is_a_422_naming_the_field_and_stores_nothing(
+    both: tuple[httpx.AsyncClient, Any],
+) -> None:
+    http, services = both
+    for change, field in [
+        ({"rollout_id": "a/b"}, "rollout_id"),
+        ({"llm_api_key": ""}, "llm_api_key"),
+    ]:
+        answer = await http.post("/rollout", json={**_submit("bad-1"), **change}, headers=AUTH)
+        assert answer.status_code == 422
+        assert answer.json()["detail"][0]["loc"] == ["body", field]
+    assert await services.store.get("bad-1", now=0) is None
+
+
+async def test_a_v1_init_on_a_workflow_only_server_is_404_naming_the_fix() -> None:
+    async for http, _ in _app(NoV1AgentLoop()):
+        v1 = await http.post("/v1/rollout/init", json=request_body(rollout_id="v1-1"), headers=AUTH)
+        assert v1.status_code == 404
+        assert "--agent" in v1.json()["detail"]
+        assert (await http.post("/rollout", json=_submit("o-1"), headers=AUTH)).status_code == 202
+
+
+async def test_a_full_server_is_429_and_a_closing_one_503_and_neither_keeps_the_record() -> None:
+    async for http, services in _app(
+        EchoAgent(),
+        server={"max_concurrent_rollouts": 1},
+        kit={"max_queued_rollouts": 0},
+    ):
+        assert (await http.post("/rollout", json=_submit("f-1"), headers=AUTH)).status_code == 202
+        full = await http.post("/rollout", json=_submit("f-2"), headers=AUTH)
+        assert full.status_code == 429 and full.headers["Retry-After"] == "2"
+        assert await services.store.get("f-2", now=0) is None
+        await services.dispatcher.aclose()
+        closing = await http.post("/rollout", json=_submit("f-3"), headers=AUTH)
+        assert closing.status_code == 503
+        assert await services.store.get("f-3", now=0) is None
+
+
+# ------------------------------------------------------------------------ the result view
+
+
+def test_every_kit_category_has_a_0_3_8_one_or_is_a_cancel() -> None:
+    assert set(WIRE_CATEGORIES) | {FailureCategory.CANCELLED} == set(FailureCategory)
+
+
+@pytest.mark.parametrize(
+    ("category", "status", "wire"),
+    [
+        (FailureCategory.WORKER_LOST, RolloutStatus.FAILURE, RolloutErrorCategory.INTERNAL_ERROR),
+        (FailureCategory.NEVER_STARTED, RolloutStatus.FAILURE, RolloutErrorCategory.INTERNAL_ERROR),
+        (FailureCategory.LEASE_EXPIRED, RolloutStatus.FAILURE, RolloutErrorCategory.LEASE_EXPIRED),
+        (FailureCategory.TIMEOUT, RolloutStatus.FAILURE, RolloutErrorCategory.TIMEOUT),
+        (FailureCategory.CANCELLED, RolloutStatus.CANCELLED, None),
+    ],
+)
+def test_an_error_the_kit_wrote_reads_as_0_3_8s_status_and_category(
+    category: FailureCategory, status: RolloutStatus, wire: RolloutErrorCategory | None
+) -> None:
+    record = accepted_record("view-1", now=1.0).evolve(
+        protocol=PROTOCOL_OSMOSIS03,
+        state=RecordState.DELIVERED,
+        response=error_response("view-1", "why", category=category, attempt=1).model_dump(
+            mode="json"
+        ),
+    )
+    answer = result_of(record)
+    assert (answer.status, answer.err_category, answer.err_message) == (status, wire, "why")
+
+
+def test_the_reward_is_sent_only_for_a_success_whose_sample_stays() -> None:
+    base = accepted_record("view-2", now=1.0).evolve(
+        protocol=PROTOCOL_OSMOSIS03, state=RecordState.DELIVERED
+    )
+
+    def view(outcome: Outcome) -> Any:
+        response = kit_response("view-2", outcome, attempt=1).model_dump(mode="json")
+        return result_of(base.evolve(response=response))
+
+    sample = RolloutSample(messages=[{"role": "user", "content": "x"}], reward=1.0)
+    kept = view(Outcome(RolloutStatus.SUCCESS, sample))
+    assert kept.status is RolloutStatus.SUCCESS and kept.sample.reward == 1.0
+    removed = view(
+        Outcome(RolloutStatus.SUCCESS, sample.model_copy(update={"remove_sample": True}))
+    )
+    assert removed.sample.reward is None
+    failed = view(
+        Outcome(
+            RolloutStatus.FAILURE,
+            sample,
+            "grader broke",
+            RolloutErrorCategory.VALIDATION_ERROR,
+            FailureCategory.AGENT_ERROR,
+        )
+    )
+    assert (failed.status, failed.err_category, failed.sample.reward) == (
+        RolloutStatus.FAILURE,
+        RolloutErrorCategory.VALIDATION_ERROR,
+        None,
+    )
+    assert failed.sample.trajectory_messages is None  # never on the wire
+    # In flight: the state, and the phase the worker here set.
+    assert result_of(base.evolve(state=RecordState.ACCEPTED)).status is RolloutStatus.QUEUED
+    running = base.evolve(state=RecordState.RUNNING)
+    assert result_of(running).status is RolloutStatus.RUNNING
+    assert result_of(running, "grading").status is RolloutStatus.GRADING
