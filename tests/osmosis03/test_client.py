@@ -78,7 +78,10 @@ def poll(server: Server, rollout_id: str, token: str) -> httpx.Response:
 async def idle(server: Server, **kwargs: Any) -> dict[str, Any]:
     rollouts = client(server)
     try:
-        return await rollouts.wait_idle(timeout_sec=60, poll_interval_sec=0.2, **kwargs)
+        health: dict[str, Any] = await rollouts.wait_idle(
+            timeout_sec=60, poll_interval_sec=0.2, **kwargs
+        )
+        return health
     finally:
         await rollouts.aclose()
 

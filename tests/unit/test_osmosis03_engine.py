@@ -25,10 +25,11 @@ from rollout_sdk.osmosis03 import (
     RolloutSample,
     RolloutStatus,
 )
+from rollout_sdk.settings import load_settings
 from rollout_sdk.store.memory import MemoryStore
 from rollout_sdk.store.record import PROTOCOL_OSMOSIS03, RecordState
 
-from .support import EchoAgent, accepted_record, load_settings, request_body
+from .support import EchoAgent, accepted_record, request_body
 
 pytestmark = pytest.mark.timeout(60)
 
