@@ -23,12 +23,12 @@ from rollout_sdk.engine.progress import StatusBoard
 from rollout_sdk.engine.recovery import HandOff, Recovery
 from rollout_sdk.engine.settlement import Settlement
 from rollout_sdk.engine.worker import RolloutWorker
-from rollout_sdk.engine.workflows import WorkflowRunner, Workflows
 from rollout_sdk.telemetry import NO_TELEMETRY
 
 if TYPE_CHECKING:
     from rollout_sdk.agent.loop import RolloutAgentLoop
     from rollout_sdk.dispatch.base import Dispatcher
+    from rollout_sdk.engine.workflows import WorkflowRunner, Workflows
     from rollout_sdk.settings import RolloutSettings
     from rollout_sdk.store.base import Store
     from rollout_sdk.telemetry import Telemetry
@@ -140,9 +140,7 @@ class Engine:
                 clock=clock,
                 telemetry=telemetry,
                 costs=costs,
-                workflows=None
-                if workflows is None
-                else WorkflowRunner(workflows, board, clock=clock),
+                workflows=_runner(workflows, board, clock),
             )
             if agent_loop is not None
             else None
@@ -179,3 +177,14 @@ class Engine:
         if self.worker is None:
             raise RuntimeError("this engine was built without an agent loop: it runs no rollouts")
         return self.worker
+
+
+def _runner(
+    workflows: Workflows | None, board: StatusBoard, clock: Callable[[], float]
+) -> WorkflowRunner | None:
+    """The worker's 0.3.8 runner, where a workflow is served (its modules loaded only then)."""
+    if workflows is None:
+        return None
+    from rollout_sdk.engine.workflows import WorkflowRunner
+
+    return WorkflowRunner(workflows, board, clock=clock)

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rollout_sdk.engine.lease import Leases
+from rollout_sdk.engine.no_v1 import NOT_V1, NoV1AgentLoop
 from rollout_sdk.engine.responses import failure_of
 from rollout_sdk.engine.rules import AgentTools, check_metadata_size, check_server_url
-from rollout_sdk.engine.workflows import NOT_V1, NoV1AgentLoop
 from rollout_sdk.errors import (
     DispatchError,
     FailureCategory,

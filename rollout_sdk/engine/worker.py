@@ -38,7 +38,6 @@ from rollout_sdk.engine.responses import (
     messages_or_empty,
     to_response,
 )
-from rollout_sdk.engine.workflows import WorkflowRunner, cancelled_before_start, kit_response
 from rollout_sdk.errors import FailureCategory, RolloutCancelled, RolloutError, StoreError
 from rollout_sdk.protocol import RolloutResponse
 from rollout_sdk.store.base import Claim
@@ -57,12 +56,22 @@ if TYPE_CHECKING:
     from rollout_sdk.engine.delivery import Delivery
     from rollout_sdk.engine.lease import Leases
     from rollout_sdk.engine.settlement import Settlement
+    from rollout_sdk.engine.workflows import WorkflowRunner
     from rollout_sdk.settings import RolloutSettings
     from rollout_sdk.store.base import Store, TransitionResult
     from rollout_sdk.telemetry import Telemetry
     from rollout_sdk.traingate.client import TrainGateClient
 
 logger = logging.getLogger("rollout_sdk.engine.worker")
+
+
+def _cancelled_workflow(rollout_id: str, reason: str | None, attempt: int) -> RolloutResponse:
+    """A 0.3.8 rollout cancelled (or whose polling lease ran out) before it started. The 0.3.8
+    modules are loaded here, not with the worker: a v1 worker (every Lambda one) never needs
+    them."""
+    from rollout_sdk.engine.workflows import cancelled_before_start, kit_response
+
+    return kit_response(rollout_id, cancelled_before_start(reason), attempt=attempt)
 
 
 @dataclass(eq=False, repr=False)
@@ -171,11 +180,7 @@ class RolloutWorker:
         logger.info("rollout claimed", extra={"rollout_id": job.rollout_id, "attempt": job.attempt})
         if record.cancel_requested and journal is None:
             response = (
-                kit_response(
-                    job.rollout_id,
-                    cancelled_before_start(record.cancel_reason),
-                    attempt=job.attempt,
-                )
+                _cancelled_workflow(job.rollout_id, record.cancel_reason, job.attempt)
                 if record.protocol == PROTOCOL_OSMOSIS03
                 else error_response(
                     job.rollout_id,

@@ -28,15 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rollout_sdk.agent.loop import RolloutAgentLoop, RolloutResult
-from rollout_sdk.agent.loop import RolloutContext as V1Context
 from rollout_sdk.engine.responses import failure_fields
-from rollout_sdk.errors import (
-    FailureCategory,
-    OsmosisServerError,
-    OsmosisTransportError,
-    ProtocolNotServed,
-)
+from rollout_sdk.errors import FailureCategory, OsmosisServerError, OsmosisTransportError
 from rollout_sdk.osmosis03.agent_workflow import AgentWorkflow
 from rollout_sdk.osmosis03.context import AgentWorkflowContext, GraderContext, RolloutContext
 from rollout_sdk.osmosis03.grader import Grader
@@ -49,12 +42,7 @@ from rollout_sdk.osmosis03.types import (
     RolloutStatus,
     coerce_output,
 )
-from rollout_sdk.protocol import (
-    EXTRA_KEY,
-    OpenAIFunctionToolSchema,
-    RolloutRequest,
-    RolloutResponse,
-)
+from rollout_sdk.protocol import EXTRA_KEY, RolloutResponse
 from rollout_sdk.protocol import RolloutStatus as KitStatus
 
 if TYPE_CHECKING:
@@ -349,26 +337,6 @@ class WorkflowRunner:
         task.cancel()
         await asyncio.wait({task}, timeout=STOP_GRACE_SECONDS)
         raise _Stopped(expired=not cancelled.is_set())
-
-
-class NoV1AgentLoop(RolloutAgentLoop):
-    """The v1 side of a server that serves only a 0.3.8 workflow (``rollout-sdk serve
-    --workflow`` without ``--agent``): its v1 inits are refused, 404 naming the fix."""
-
-    name = "none (osmosis-ai 0.3.8 only)"
-
-    def get_tools(self, request: RolloutRequest) -> list[OpenAIFunctionToolSchema]:
-        return []
-
-    async def run(self, ctx: V1Context) -> RolloutResult:
-        raise ProtocolNotServed(NOT_V1)
-
-
-#: What a v1 init is answered on a server that serves only a 0.3.8 workflow.
-NOT_V1 = (
-    "this server serves osmosis-ai 0.3.8 rollouts only (POST /rollout); start it with "
-    "--agent MODULE:ATTR beside --workflow to serve v1's /v1/rollout/init too"
-)
 
 
 # ------------------------------------------------------------------------ the final response

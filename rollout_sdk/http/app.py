@@ -33,13 +33,11 @@ from rollout_sdk.dispatch.inprocess import InProcessDispatcher
 from rollout_sdk.engine.assembly import DispatcherFor, Engine
 from rollout_sdk.engine.service import RolloutService, record_status
 from rollout_sdk.engine.worker import RolloutWorker
-from rollout_sdk.engine.workflows import Workflows
 from rollout_sdk.errors import ConfigurationError
 from rollout_sdk.http.admission import AdmissionMiddleware
 from rollout_sdk.http.auth import KeyProvider, ServerKeyMiddleware
 from rollout_sdk.http.body_limits import InitBodyLimits
 from rollout_sdk.http.init_route import LeanInitRoute
-from rollout_sdk.http.osmosis03_routes import add_osmosis03_routes
 from rollout_sdk.http.problems import install_problem_handlers
 from rollout_sdk.protocol import InitResponse, RolloutRequest, build_models
 from rollout_sdk.settings import RolloutSettings, get_settings
@@ -52,6 +50,7 @@ from rollout_sdk.vault import KeyVault, LocalVault
 
 if TYPE_CHECKING:
     from rollout_sdk.engine.osmosis03 import Osmosis03Service
+    from rollout_sdk.engine.workflows import Workflows
     from rollout_sdk.http.prometheus import PrometheusTelemetry
 
 logger = logging.getLogger("rollout_sdk.http.app")
@@ -157,6 +156,8 @@ def build_app(
     install_problem_handlers(app)
     _add_routes(app, agent_loop, services, lifecycle)
     if services.osmosis03 is not None:
+        from rollout_sdk.http.osmosis03_routes import add_osmosis03_routes
+
         add_osmosis03_routes(app, services.osmosis03)
     if metrics is not None:
         _add_metrics_route(app, metrics)

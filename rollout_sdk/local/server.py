@@ -319,7 +319,7 @@ def run_server(
     """
     import uvicorn
 
-    from rollout_sdk.engine.workflows import NoV1AgentLoop
+    from rollout_sdk.engine.no_v1 import NoV1AgentLoop
 
     choice = store or StoreChoice()
     with _opened(choice, state_dir) as (opened, where):

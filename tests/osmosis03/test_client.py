@@ -332,13 +332,16 @@ async def test_a_killed_server_restarted_reports_the_rollout_once(
     serve: Serve, model: Model
 ) -> None:
     server = serve()
-    first = (await client(server).health())["process_id"]
+    before = await client(server).health()
+    first = before["process_id"]
     running = RolloutInitResponse.model_validate(
         submit(server, model, "crash-1", metadata={"hang": True}).json()
     )
     server.restart()  # SIGKILL, then the same state folder
     health = await client(server).health()
-    assert health["process_id"] != first and health["instance_id"]
+    # A new process, the same instance (the state folder's id).
+    assert health["process_id"] != first
+    assert health["instance_id"] == before["instance_id"]
     first_answer = poll(server, "crash-1", running.polling_lease_token).json()
     answer = RolloutResultResponse.model_validate(first_answer)
     assert answer.status is RolloutStatus.FAILURE

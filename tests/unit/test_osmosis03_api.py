@@ -167,3 +167,17 @@ def test_importing_it_loads_no_web_framework_http_client_aws_sdk_or_sqlite() -> 
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_v1_path_loads_none_of_the_0_3_8_modules() -> None:
+    """A v1 server, and every Lambda function, runs without them (its cold start pays nothing
+    for a protocol it does not serve): they load where a workflow is served."""
+    code = (
+        "import sys, rollout_sdk.engine.worker, rollout_sdk.engine.service,"
+        " rollout_sdk.engine.assembly, rollout_sdk.http.app, rollout_sdk.aws.handlers.worker;"
+        "print(sorted(m for m in sys.modules if m.startswith(('rollout_sdk.osmosis03',"
+        " 'rollout_sdk.engine.workflows', 'rollout_sdk.engine.osmosis03',"
+        " 'rollout_sdk.http.osmosis03'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

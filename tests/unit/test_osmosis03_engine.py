@@ -12,9 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
+from rollout_sdk.engine.no_v1 import NoV1AgentLoop
 from rollout_sdk.engine.osmosis03 import WIRE_CATEGORIES, result_of
 from rollout_sdk.engine.responses import error_response
-from rollout_sdk.engine.workflows import NoV1AgentLoop, Outcome, Workflows, kit_response
+from rollout_sdk.engine.workflows import Outcome, Workflows, kit_response
 from rollout_sdk.errors import FailureCategory
 from rollout_sdk.http.app import local_app, local_engine
 from rollout_sdk.osmosis03 import (

@@ -18,7 +18,10 @@ DESCRIPTION = (
     "unless ROLLOUT_SDK_ALLOW_LINK_LOCAL=true, and only the hosts in "
     "ROLLOUT_SDK_ALLOWED_SERVER_HOSTS when it is set: an init naming another is a 422 "
     "(docs/security.md). Init bodies are held to ROLLOUT_SDK_MAX_BODY_BYTES and to "
-    "counts checked before parsing (413), answers to ROLLOUT_SDK_MAX_ANSWER_BYTES."
+    "counts checked before parsing (413), answers to ROLLOUT_SDK_MAX_ANSWER_BYTES. "
+    "With --workflow it also serves osmosis-ai 0.3.8's wire (POST /rollout, "
+    "GET /rollout/{id}/result, POST /rollout/cancel) for an AgentWorkflow and Grader written "
+    "against rollout_sdk.osmosis03 (README, 'For osmosis-ai 0.3.8 authors')."
 )
 
 
@@ -180,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
         elif args.agent is not None:
             agent_loop = load_agent_loop(args.agent)
         else:
-            from rollout_sdk.engine.workflows import NoV1AgentLoop
+            from rollout_sdk.engine.no_v1 import NoV1AgentLoop
 
             agent_loop = NoV1AgentLoop()
     except (ConfigurationError, MCPLoadError) as exc:
