@@ -329,6 +329,10 @@ class WorkflowRunner:
         finally:
             stop.cancel()
         if task in done:
+            if task.cancelled():
+                # Cancelled from within (an inner task's cancel let through), not by the kit:
+                # the author's code failed, and the rollout must still end.
+                raise RuntimeError("the workflow's own code cancelled its task")
             result = task.result()  # raises what the work raised
             if time.monotonic() - started > timeout:
                 # Sync code that blocked the loop past the deadline: its result is too late.

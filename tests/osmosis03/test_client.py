@@ -154,6 +154,15 @@ async def test_a_workflow_that_raises_fails_as_the_agents_error(serve: Serve, mo
     assert model.calls == []
 
 
+async def test_a_workflow_that_cancels_its_own_task_still_ends_once(
+    serve: Serve, model: Model
+) -> None:
+    result = await run(serve(), model, "self-cancel-1", metadata={"self_cancel": True})
+    assert result.status is RolloutStatus.FAILURE
+    assert result.err_category is RolloutErrorCategory.AGENT_ERROR
+    assert result.err_message == "the workflow's own code cancelled its task"
+
+
 async def test_a_grader_that_raises_fails_without_a_reward(serve: Serve, model: Model) -> None:
     result = await run(serve(), model, "grader-raises-1", metadata={"grader_raise": "bad label"})
     assert result.status is RolloutStatus.FAILURE

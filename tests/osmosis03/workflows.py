@@ -8,6 +8,7 @@ What each rollout does is said by its metadata, so one server runs every case:
   conversation with its answer; the grader rewards 1.0 when the answer contains the label;
 - ``{"raise": "..."}``: the workflow raises a RuntimeError with that message;
 - ``{"hang": true}``: the workflow waits until it is cancelled (a timeout, a cancel, a lease);
+- ``{"self_cancel": true}``: the workflow cancels its own task (a bug in the author's code);
 - ``{"grader_hang": true}``: the grader waits until it is cancelled;
 - ``{"grader_raise": "..."}``: the grader raises a ValueError;
 - ``{"remove": true}``: the grader removes the sample instead of rewarding it.
@@ -37,6 +38,11 @@ class Scripted(AgentWorkflow[AgentWorkflowConfig]):
             raise RuntimeError(str(metadata["raise"]))
         if metadata.get("hang"):
             await asyncio.Event().wait()
+        if metadata.get("self_cancel"):
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+            await asyncio.sleep(0)
         rollout = get_rollout_context()
         assert rollout is not None
         headers = {"Authorization": f"Bearer {rollout.api_key}"} if rollout.api_key else {}
