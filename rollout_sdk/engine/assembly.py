@@ -10,6 +10,7 @@ built: nothing is wired in afterwards (the recovery's hand-off included).
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +67,9 @@ class Engine:
     board: StatusBoard = field(default_factory=StatusBoard)
     #: The osmosis-ai 0.3.8 workflow (and grader) the worker runs, if any.
     workflows: Workflows | None = None
+    #: This runtime's process: a new id each start (``/health``'s ``process_id``, which
+    #: RolloutClient.wait_idle takes a change of for a restart; 0.3.8's RolloutContext has it).
+    process_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
     @classmethod
     def build(
@@ -104,6 +108,7 @@ class Engine:
             raise ValueError("Engine.build: a dispatcher runs the engine's worker: give agent_loop")
         leases = Leases(store, settings.kit, clock=clock)
         board = StatusBoard()
+        process_id = str(uuid.uuid4())
         delivery = Delivery(
             store,
             client,
@@ -140,7 +145,7 @@ class Engine:
                 clock=clock,
                 telemetry=telemetry,
                 costs=costs,
-                workflows=_runner(workflows, board, clock),
+                workflows=_runner(workflows, board, clock, process_id),
             )
             if agent_loop is not None
             else None
@@ -170,6 +175,7 @@ class Engine:
             dispatcher=runs,
             board=board,
             workflows=workflows,
+            process_id=process_id,
         )
 
     def require_worker(self) -> RolloutWorker:
@@ -180,11 +186,11 @@ class Engine:
 
 
 def _runner(
-    workflows: Workflows | None, board: StatusBoard, clock: Callable[[], float]
+    workflows: Workflows | None, board: StatusBoard, clock: Callable[[], float], process_id: str
 ) -> WorkflowRunner | None:
     """The worker's 0.3.8 runner, where a workflow is served (its modules loaded only then)."""
     if workflows is None:
         return None
     from rollout_sdk.engine.workflows import WorkflowRunner
 
-    return WorkflowRunner(workflows, board, clock=clock)
+    return WorkflowRunner(workflows, board, clock=clock, process_id=process_id)

@@ -34,7 +34,6 @@ import hashlib
 import logging
 import secrets
 import time
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -93,8 +92,10 @@ WIRE_CATEGORIES: dict[FailureCategory, RolloutErrorCategory] = {
     FailureCategory.TIMEOUT: RolloutErrorCategory.TIMEOUT,
     FailureCategory.INVALID_RESULT: RolloutErrorCategory.VALIDATION_ERROR,
     FailureCategory.LEASE_EXPIRED: RolloutErrorCategory.LEASE_EXPIRED,
-    FailureCategory.OUTBOUND_REFUSED: RolloutErrorCategory.HTTP_ERROR,
-    FailureCategory.ANSWER_TOO_LARGE: RolloutErrorCategory.HTTP_ERROR,
+    # The trainer's run-wide breaker counts HTTP_ERROR (0.3.8 gives it to a sandbox provider's
+    # failures only): a refused address or an oversized answer is one task's, the agent's.
+    FailureCategory.OUTBOUND_REFUSED: RolloutErrorCategory.AGENT_ERROR,
+    FailureCategory.ANSWER_TOO_LARGE: RolloutErrorCategory.AGENT_ERROR,
     FailureCategory.INFRASTRUCTURE: RolloutErrorCategory.INTERNAL_ERROR,
     FailureCategory.WORKER_LOST: RolloutErrorCategory.INTERNAL_ERROR,
     FailureCategory.NEVER_STARTED: RolloutErrorCategory.INTERNAL_ERROR,
@@ -170,9 +171,6 @@ class Osmosis03Service:
         self.wait_seconds = wait_seconds
         self.lease_seconds = lease_seconds
         self.clock = clock
-        #: This process: a new id each start (0.3.8's ``process_id``: RolloutClient.wait_idle
-        #: takes a change for a restart).
-        self.process_id = str(uuid.uuid4())
         #: The 0.3.8 rollouts this server holds in flight, and when each one's polling lease
         #: ends: what the lease watch looks at, and what cancel by prefix or all selects from
         #: (a restart's sweep ends every one that was in flight, so none is missed).
@@ -258,8 +256,8 @@ class Osmosis03Service:
         while (left := ends - time.monotonic()) > 0:
             await self.engine.board.wait(rollout_id, min(left, RECHECK_SECONDS))
             current = await self.store.get(rollout_id, now=self.clock())
-            if current is None:
-                break
+            if current is None:  # expired meanwhile: unknown now, as for any later poll
+                raise RolloutNotFound("unknown rollout_id")
             now = self.status_of(current)
             if now.status != answer.status:
                 answer = now
@@ -311,7 +309,10 @@ class Osmosis03Service:
         seconds of its end), and forget those that are final."""
         while True:
             await asyncio.sleep(every)
-            await self.check_leases()
+            try:
+                await self.check_leases()
+            except Exception:  # a store that fails now may not later: the watch goes on
+                logger.exception("the polling lease watch failed; trying again")
 
     async def check_leases(self) -> int:
         """One look at the live rollouts' leases; how many were ended."""
@@ -320,17 +321,27 @@ class Osmosis03Service:
         for rollout_id, until in list(self.live.items()):
             if until >= now:
                 continue
-            record = await self.store.get(rollout_id, now=now)
-            if record is None or not record.state.is_active:
-                self.live.pop(rollout_id, None)
-                continue
-            if record.poll_until is not None and record.poll_until >= now:
-                self.live[rollout_id] = record.poll_until  # renewed by a poll elsewhere
-                continue
-            if not record.cancel_requested:
-                await self.expire(record)
-                ended += 1
+            try:
+                ended += await self._check(rollout_id, now)
+            except Exception:  # one record's failure must not stop the others' leases
+                logger.exception(
+                    "a polling lease was not checked", extra={"rollout_id": rollout_id}
+                )
         return ended
+
+    async def _check(self, rollout_id: str, now: float) -> int:
+        """One live rollout past its lease's end: ended (1), or forgotten, or renewed (0)."""
+        record = await self.store.get(rollout_id, now=now)
+        if record is None or not record.state.is_active:
+            self.live.pop(rollout_id, None)
+            return 0
+        if record.poll_until is not None and record.poll_until >= now:
+            self.live[rollout_id] = record.poll_until  # renewed by a poll elsewhere
+            return 0
+        if record.cancel_requested:
+            return 0
+        await self.expire(record)
+        return 1
 
     # ------------------------------------------------------------------ cancel
 

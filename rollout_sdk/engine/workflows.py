@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rollout_sdk.engine.responses import failure_fields
-from rollout_sdk.errors import FailureCategory, OsmosisServerError, OsmosisTransportError
+from rollout_sdk.errors import FailureCategory
 from rollout_sdk.osmosis03.agent_workflow import AgentWorkflow
 from rollout_sdk.osmosis03.context import AgentWorkflowContext, GraderContext, RolloutContext
 from rollout_sdk.osmosis03.grader import Grader
@@ -93,14 +93,13 @@ class _Stopped(Exception):
 
 def wire_category(exc: BaseException) -> RolloutErrorCategory:
     """0.3.8's category for an exception a workflow or grader raised: a timeout, a value the
-    author's code refused (ValueError, TypeError, AssertionError), a model endpoint's failure
-    seen through the kit's HTTP errors, or else the agent's own error."""
+    author's code refused (ValueError, TypeError, AssertionError), or else the agent's own
+    error. Never HTTP_ERROR: 0.3.8 keeps that for a sandbox provider's failures, which its
+    trainer counts toward stopping the whole run, and the kit runs no sandbox."""
     if isinstance(exc, TimeoutError):
         return RolloutErrorCategory.TIMEOUT
     if isinstance(exc, ValueError | TypeError | AssertionError):
         return RolloutErrorCategory.VALIDATION_ERROR
-    if isinstance(exc, OsmosisTransportError | OsmosisServerError):
-        return RolloutErrorCategory.HTTP_ERROR
     return RolloutErrorCategory.AGENT_ERROR
 
 
@@ -118,11 +117,18 @@ class WorkflowRunner:
     """Runs 0.3.8 rollouts of one workflow (and grader) for the worker."""
 
     def __init__(
-        self, workflows: Workflows, board: StatusBoard, *, clock: Callable[[], float] = time.time
+        self,
+        workflows: Workflows,
+        board: StatusBoard,
+        *,
+        clock: Callable[[], float] = time.time,
+        process_id: str | None = None,
     ) -> None:
         self.workflows = workflows
         self.board = board
         self.clock = clock
+        #: ``/health``'s process_id, which every RolloutContext carries (as 0.3.8's does).
+        self.process_id = process_id
         limit = (
             workflows.workflow_config.concurrency.max_concurrent
             if workflows.workflow_config is not None
@@ -146,23 +152,51 @@ class WorkflowRunner:
         request = RolloutInitRequest.model_validate({**record.request, "llm_api_key": api_key})
         self.board.set_phase(record.rollout_id, RolloutStatus.RUNNING.value)
         started = time.monotonic()
-        # 0.3.8 counts time spent queued against the workflow's deadline.
-        queued = max(0.0, self.clock() - record.created_at)
+
+        def reason() -> str | None:
+            return cancel_reason() or record.cancel_reason
+
         try:
-            if self._slots is None:
+            if self._slots is not None:
+                # The workflow configuration's own bound: waiting for it is queued time, which
+                # a cancel or a lease that ran out ends as it ends the workflow.
+                await self._slot(cancelled, started + budget)
+            try:
+                # 0.3.8 counts the time spent queued against the workflow's deadline.
+                queued = max(0.0, self.clock() - record.created_at)
                 outcome = await self._phases(request, queued, started + budget, cancelled)
-            else:
-                async with self._slots:
-                    outcome = await self._phases(request, queued, started + budget, cancelled)
+            finally:
+                if self._slots is not None:
+                    self._slots.release()
         except _Stopped as stop:
-            outcome = self._stopped(
-                cancel_reason() or record.cancel_reason,
-                stop,
-                "workflow",
-                request.agent_timeout_sec,
-                queued,
-            )
+            queued = max(0.0, self.clock() - record.created_at)
+            outcome = self._stopped(reason(), stop, "workflow", request.agent_timeout_sec, queued)
+        if reason() == LEASE_EXPIRED and outcome.kit_category != FailureCategory.LEASE_EXPIRED:
+            # The lease ran out while the rollout ended: nobody was waiting for it any more,
+            # and 0.3.8 answers lease_expired then, whatever came after.
+            outcome = cancelled_before_start(LEASE_EXPIRED, outcome.sample)
         return kit_response(record.rollout_id, outcome, attempt=attempt)
+
+    async def _slot(self, cancelled: asyncio.Event, ends_at: float) -> None:
+        """One of the configuration's slots; _Stopped when cancelled or out of time first."""
+        assert self._slots is not None
+        take = asyncio.create_task(self._slots.acquire())
+        stop = asyncio.create_task(cancelled.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {take, stop},
+                timeout=max(0.0, ends_at - time.monotonic()),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            stop.cancel()
+        if take in done:
+            return
+        take.cancel()
+        await asyncio.wait({take})
+        if take.done() and not take.cancelled():
+            self._slots.release()  # taken as it was cancelled: given back
+        raise _Stopped(expired=not cancelled.is_set())
 
     def _stopped(
         self,
@@ -191,6 +225,7 @@ class WorkflowRunner:
             api_key=request.llm_api_key,
             rollout_id=rollout_id,
             progress=_Progress(self.board, rollout_id),
+            process_id=self.process_id,
         )
         with tempfile.TemporaryDirectory(prefix=f"osmosis03-{rollout_id[:40]}-") as folder:
             artifacts = Path(folder)
@@ -352,6 +387,12 @@ _KIT_STATUS_REASON = {
 }
 
 
+def _text(value: str | None) -> str | None:
+    """``value`` as UTF-8 can carry it (an unpaired surrogate replaced): every poll's answer
+    must encode."""
+    return None if value is None else value.encode("utf-8", "replace").decode("utf-8")
+
+
 def kit_response(rollout_id: str, outcome: Outcome, *, attempt: int) -> RolloutResponse:
     """The kit's final response for a 0.3.8 outcome: COMPLETED on success, else ERROR with the
     kit's category; the outcome itself under ``extra_fields["rollout_sdk"]["osmosis03"]``."""
@@ -361,7 +402,8 @@ def kit_response(rollout_id: str, outcome: Outcome, *, attempt: int) -> RolloutR
         safe = sample.json_safe_copy()
         try:
             wire_sample = safe.model_dump(mode="json", exclude={"trajectory_messages"})
-            json.dumps(wire_sample, allow_nan=False)
+            # As the answer will be written: UTF-8, no NaN (a lone surrogate fails here).
+            json.dumps(wire_sample, allow_nan=False, ensure_ascii=False).encode("utf-8")
         except (TypeError, ValueError, RecursionError):
             logger.warning(
                 "the sample cannot be sent as JSON; keeping its reward only",
@@ -369,7 +411,7 @@ def kit_response(rollout_id: str, outcome: Outcome, *, attempt: int) -> RolloutR
             )
             wire_sample = RolloutSample(
                 reward=sample.reward,
-                label=sample.label,
+                label=_text(sample.label),
                 remove_sample=sample.remove_sample,
                 trajectory_messages=None,
             ).model_dump(mode="json", exclude={"trajectory_messages"})
@@ -377,7 +419,7 @@ def kit_response(rollout_id: str, outcome: Outcome, *, attempt: int) -> RolloutR
         OUTCOME_KEY: {
             "status": outcome.status.value,
             "sample": wire_sample,
-            "err_message": outcome.err_message,
+            "err_message": _text(outcome.err_message),
             "err_category": None if outcome.err_category is None else outcome.err_category.value,
         }
     }
@@ -395,7 +437,7 @@ def kit_response(rollout_id: str, outcome: Outcome, *, attempt: int) -> RolloutR
         finish_reason="stop"
         if success
         else _KIT_STATUS_REASON.get(outcome.kit_category or FailureCategory.AGENT_ERROR, "error"),
-        error_message=None if success else outcome.err_message,
+        error_message=None if success else _text(outcome.err_message),
         reward=reward if success and not removed else None,
         extra_fields={EXTRA_KEY: kept},
     )

@@ -22,8 +22,11 @@ from rollout_sdk.settings import KIT_PREFIX
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-#: POSTs under this prefix carry bodies the limit applies to.
+#: POSTs under these prefixes carry bodies the limit applies to (v1's routes, and osmosis-ai
+#: 0.3.8's ``/rollout`` and ``/rollout/cancel``, whose bodies a record keeps too).
 ROLLOUT_PREFIX = "/v1/rollout/"
+OSMOSIS03_PREFIX = "/rollout"
+LIMITED_PREFIXES = (ROLLOUT_PREFIX, OSMOSIS03_PREFIX)
 #: The one route whose body must be JSON.
 INIT_PATH = "/v1/rollout/init"
 
@@ -113,7 +116,7 @@ class AdmissionMiddleware:
             await self.app(scope, receive, send)
             return
         paths = request_paths(scope)
-        if not any(p.startswith(ROLLOUT_PREFIX) for p in paths):
+        if not any(p.startswith(LIMITED_PREFIXES) for p in paths):
             await self.app(scope, receive, send)
             return
         init = INIT_PATH in paths

@@ -16,11 +16,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import uuid
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,8 +69,11 @@ class AppServices:
     dispatcher: Dispatcher
     #: The osmosis-ai 0.3.8 routes' service, where a workflow is served.
     osmosis03: Osmosis03Service | None = None
-    #: This process (a new id each start): ``/health``'s ``process_id``.
-    process_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+    @property
+    def process_id(self) -> str:
+        """This process (a new id each start): ``/health``'s ``process_id``."""
+        return self.engine.process_id
 
     @property
     def settings(self) -> RolloutSettings:

@@ -48,12 +48,14 @@ class Waits(AgentWorkflow[AgentWorkflowConfig]):
         return [*ctx.prompt, {"role": "assistant", "content": "ok"}]
 
 
-async def _app(agent: Any, **settings: Any) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
+async def _app(
+    agent: Any, store: MemoryStore | None = None, **settings: Any
+) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
     Waits.release = asyncio.Event()
     engine = local_engine(
         agent,
         load_settings(**settings),
-        store=MemoryStore(),
+        store=store if store is not None else MemoryStore(),
         workflows=Workflows(workflow=Waits, name="tests:Waits"),
     )
     app = local_app(agent, engine, keys=[KEY])
@@ -220,3 +222,46 @@ def test_the_reward_is_sent_only_for_a_success_whose_sample_stays() -> None:
     running = base.evolve(state=RecordState.RUNNING)
     assert result_of(running).status is RolloutStatus.RUNNING
     assert result_of(running, "grading").status is RolloutStatus.GRADING
+
+
+async def test_a_submit_over_the_body_limit_is_413_and_stores_nothing() -> None:
+    async for http, services in _app(EchoAgent(), kit={"max_body_bytes": 64 * 1024}):
+        big = {**_submit("big-1"), "metadata": {"blob": "x" * (70 * 1024)}}
+        answer = await http.post("/rollout", json=big, headers=AUTH)
+        assert answer.status_code == 413
+        assert "ROLLOUT_SDK_MAX_BODY_BYTES" in answer.json()["detail"]
+        assert await services.store.get("big-1", now=0) is None
+
+
+def test_an_unpaired_surrogate_in_the_outcome_still_encodes() -> None:
+    outcome = Outcome(
+        RolloutStatus.FAILURE,
+        RolloutSample(messages=[{"role": "user", "content": "bad \ud800"}], label="l\ud800"),
+        "bad \ud800 bytes",
+        RolloutErrorCategory.AGENT_ERROR,
+        FailureCategory.AGENT_ERROR,
+    )
+    response = kit_response("s-1", outcome, attempt=1).model_dump(mode="json")
+    record = accepted_record("s-1", now=1.0).evolve(
+        protocol=PROTOCOL_OSMOSIS03, state=RecordState.DELIVERED, response=response
+    )
+    answer = result_of(record)
+    assert answer.err_message == "bad ? bytes"
+    assert answer.sample is not None and answer.sample.label == "l?"
+    answer.model_dump_json().encode("utf-8")  # what a poll writes: it encodes
+
+
+class _OneFails(MemoryStore):
+    async def get(self, rollout_id: str, *, now: float) -> Any:
+        if rollout_id == "broken-1":
+            raise RuntimeError("the store failed for this one")
+        return await super().get(rollout_id, now=now)
+
+
+async def test_the_lease_watch_goes_on_when_one_record_fails() -> None:
+    async for _, services in _app(EchoAgent(), store=_OneFails()):
+        watch = services.osmosis03
+        watch.live.update({"broken-1": 0.0, "gone-1": 0.0})
+        assert await watch.check_leases() == 0
+        assert "gone-1" not in watch.live  # the other was looked at, and forgotten
+        assert "broken-1" in watch.live  # kept, for the next pass
