@@ -175,6 +175,9 @@ class Osmosis03Service:
         #: ends: what the lease watch looks at, and what cancel by prefix or all selects from
         #: (a restart's sweep ends every one that was in flight, so none is missed).
         self.live: dict[str, float] = {}
+        #: The status each live rollout's polls were last answered (a poll waits for a change
+        #: from it).
+        self.answered: dict[str, RolloutStatus] = {}
 
     @property
     def store(self) -> Store:
@@ -249,9 +252,23 @@ class Osmosis03Service:
         if record.state.is_active:
             record = await self._renew(record)
         answer = self.status_of(record)
+        # A change is one from what this rollout's polls were last answered (the 202's
+        # ``queued`` at first): a status reached meanwhile is answered at once.
+        seen = self.answered.get(rollout_id, RolloutStatus.QUEUED)
+        if answer.status not in FINAL_STATUSES and answer.status == seen:
+            answer = await self._wait_for_change(rollout_id, answer)
         if answer.status in FINAL_STATUSES:
             self.live.pop(rollout_id, None)
-            return answer
+            self.answered.pop(rollout_id, None)
+        else:
+            self.answered[rollout_id] = answer.status
+        return answer
+
+    async def _wait_for_change(
+        self, rollout_id: str, answer: RolloutResultResponse
+    ) -> RolloutResultResponse:
+        """The rollout's answer once its status is another than ``answer``'s, or ``answer``
+        after the wait timeout."""
         ends = time.monotonic() + self.wait_seconds
         while (left := ends - time.monotonic()) > 0:
             await self.engine.board.wait(rollout_id, min(left, RECHECK_SECONDS))
@@ -260,10 +277,7 @@ class Osmosis03Service:
                 raise RolloutNotFound("unknown rollout_id")
             now = self.status_of(current)
             if now.status != answer.status:
-                answer = now
-                break
-        if answer.status in FINAL_STATUSES:
-            self.live.pop(rollout_id, None)
+                return now
         return answer
 
     async def _renew(self, record: RolloutRecord) -> RolloutRecord:

@@ -295,6 +295,42 @@ async def test_cancel_by_prefix_and_all_and_one_selector_only(serve: Serve, mode
     await idle(server)
 
 
+async def test_a_rollout_waiting_for_the_configs_slot_is_cancelled_at_once(
+    serve: Serve, model: Model
+) -> None:
+    # A poll that waited for a change from what the server last saw (not from what it last
+    # answered) would hold each status step for the whole wait: 600 s here, past the test's
+    # timeout.
+    server = serve(
+        "--workflow-config",
+        "tests.osmosis03.workflows:ONE_AT_A_TIME",
+        ROLLOUT_SDK_OSMOSIS03_RESULT_WAIT_SECONDS="600",
+        ROLLOUT_SDK_OSMOSIS03_POLLING_LEASE_SECONDS="1200",
+    )
+    rollouts = client(server)
+    holder = await rollouts.run_rollout_async(
+        initial_messages=[],
+        chat_completions_url=model.url,
+        rollout_id="slot-1",
+        metadata={"hang": True},
+    )
+    assert await holder.wait_for_running() is RolloutStatus.RUNNING
+    waiting = await rollouts.run_rollout_async(
+        initial_messages=[],
+        chat_completions_url=model.url,
+        rollout_id="slot-2",
+        metadata={"hang": True},
+    )
+    assert await waiting.wait_for_running() is RolloutStatus.RUNNING  # claimed, not started
+    assert (await rollouts.cancel_rollout("slot-2")).dispositions == {"slot-2": "cancelled_running"}
+    result = await waiting  # ends while slot-1 still holds the slot
+    assert result.status is RolloutStatus.CANCELLED
+    assert not holder.done()
+    await rollouts.cancel_rollout("slot-1")
+    assert (await holder).status is RolloutStatus.CANCELLED
+    await rollouts.aclose()
+
+
 # ------------------------------------------------------------------------ the polling lease
 
 

@@ -25,9 +25,15 @@ from rollout_sdk.osmosis03 import (
     AgentWorkflow,
     AgentWorkflowConfig,
     AgentWorkflowContext,
+    ConcurrencyConfig,
     Grader,
     GraderContext,
     get_rollout_context,
+)
+
+#: ``--workflow-config``: one rollout of the workflow at a time (0.3.8's concurrency bound).
+ONE_AT_A_TIME = AgentWorkflowConfig(
+    name="one at a time", concurrency=ConcurrencyConfig(max_concurrent=1)
 )
 
 
