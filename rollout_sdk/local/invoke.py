@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout_sdk.errors import ConfigurationError
-from rollout_sdk.local.emulator import LocalResources, load_template
+from rollout_sdk.local.emulator import EmbeddedMoto, LocalResources, load_template, provision
 from rollout_sdk.stack import LambdaFunction
 
 #: The short names ``rollout-sdk invoke`` takes for a function: its metrics' ``Function``
@@ -207,3 +207,40 @@ def invoke(
 def load(template_path: str | Path) -> dict[str, Any]:
     """The template (re-exported for the CLI)."""
     return load_template(template_path)
+
+
+def template_agent(template: dict[str, Any], given: str | None) -> str:
+    """The agent loop to run: ``given``, else the template's AgentLoop parameter default."""
+    return given or str(template.get("Parameters", {}).get("AgentLoop", {}).get("Default"))
+
+
+@dataclass
+class EmulatedStack:
+    """The stack's AWS side on an emulator: where it is, what was made there, and the embedded
+    moto server when this made one (stop it with :meth:`stop`)."""
+
+    endpoint: str
+    resources: LocalResources
+    emulator: EmbeddedMoto | None = None
+
+    def stop(self) -> None:
+        if self.emulator is not None:
+            self.emulator.stop()
+
+
+def emulated_stack(
+    template_path: str | Path, *, endpoint: str | None, agent: str, server_key: str
+) -> EmulatedStack:
+    """The template's table, bucket, secret and worker made on ``endpoint`` (None: an
+    embedded moto server, started here), as ``invoke`` and ``start-api`` run on them."""
+    emulator = EmbeddedMoto().start() if endpoint is None else None
+    where = emulator.endpoint_url if emulator is not None else str(endpoint)
+    try:
+        resources = provision(
+            where, template_path=template_path, agent_loop=agent, server_key=server_key
+        )
+    except BaseException:
+        if emulator is not None:
+            emulator.stop()
+        raise
+    return EmulatedStack(where, resources, emulator)

@@ -91,7 +91,7 @@ def test_serve_answers_health_and_guards_platform_health(tmp_path: Path) -> None
     assert (tmp_path / "rollouts.sqlite3").exists()
 
 
-@pytest.mark.parametrize("command", [[], ["serve"], ["validate"], ["demo"]])
+@pytest.mark.parametrize("command", [[], ["serve"], ["validate"], ["demo"], ["start-api"]])
 def test_help_of_every_command_exits_0(command: list[str]) -> None:
     result = run_cli(*command, "--help", timeout=30)
     assert result.returncode == 0, result.stderr

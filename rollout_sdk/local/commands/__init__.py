@@ -9,7 +9,16 @@ from __future__ import annotations
 import argparse
 from typing import Protocol
 
-from rollout_sdk.local.commands import demo, invoke, redrive, register, serve, test, validate
+from rollout_sdk.local.commands import (
+    demo,
+    invoke,
+    redrive,
+    register,
+    serve,
+    start_api,
+    test,
+    validate,
+)
 
 
 class Command(Protocol):
@@ -25,4 +34,13 @@ class Command(Protocol):
 
 
 #: In the order ``rollout-sdk --help`` lists them.
-COMMANDS: tuple[Command, ...] = (serve, validate, invoke, register, redrive, demo, test)
+COMMANDS: tuple[Command, ...] = (
+    serve,
+    validate,
+    invoke,
+    start_api,
+    register,
+    redrive,
+    demo,
+    test,
+)

@@ -77,7 +77,6 @@ def run(args: argparse.Namespace) -> int:
 
     from rollout_sdk.errors import ConfigurationError
     from rollout_sdk.local import invoke as inv
-    from rollout_sdk.local.emulator import EmbeddedMoto, provision
     from rollout_sdk.local.register import mask
 
     try:
@@ -86,17 +85,15 @@ def run(args: argparse.Namespace) -> int:
         event = inv.load_event(args.event)
     except ConfigurationError as exc:
         return fail(str(exc), 1)
-    agent = args.agent or str(template.get("Parameters", {}).get("AgentLoop", {}).get("Default"))
-    emulator: EmbeddedMoto | None = None
+    agent = inv.template_agent(template, args.agent)
+    stack: inv.EmulatedStack | None = None
     standin_server = None
+    endpoint = args.endpoint or "the embedded moto server"
     try:
-        endpoint = args.endpoint
-        if endpoint is None:
-            emulator = EmbeddedMoto().start()
-            endpoint = emulator.endpoint_url
-        resources = provision(
-            endpoint, template_path=args.template, agent_loop=agent, server_key=args.server_key
+        stack = inv.emulated_stack(
+            args.template, endpoint=args.endpoint, agent=agent, server_key=args.server_key
         )
+        endpoint, resources = stack.endpoint, stack.resources
         hosts = [h for h in (args.allowed_server_hosts or "").split(",") if h.strip()]
         if args.standin:
             event, standin_server = _with_standin(event)
@@ -141,8 +138,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if standin_server is not None:
             standin_server[1].stop()
-        if emulator is not None:
-            emulator.stop()
+        if stack is not None:
+            stack.stop()
     return 0
 
 

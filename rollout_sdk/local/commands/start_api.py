@@ -1,0 +1,103 @@
+"""``rollout-sdk start-api``: the template's API function over HTTP, as ``sam local start-api``
+serves it, without Docker (:mod:`rollout_sdk.local.start_api`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rollout_sdk.local.commands.common import fail
+
+NAME = "start-api"
+HELP = "serve the template's API function over HTTP, as sam local start-api does, without Docker"
+DESCRIPTION = (
+    "Serve the template's API function (handler.py's api) on 127.0.0.1: each request becomes "
+    "the API Gateway HTTP API event the function gets on Lambda, and its answer the HTTP "
+    "answer. The stack around it is made on an AWS emulator (an embedded moto server, or "
+    "--endpoint), as rollout-sdk invoke makes it; each worker event the API function hands "
+    "off runs as a cold start of its own (rollout-sdk invoke WorkerFunction, in a process of "
+    "its own). Register the URL it prints with TrainGate, or point a client at it."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--template", default="template.yaml", help="SAM template (default template.yaml)"
+    )
+    parser.add_argument("--port", type=int, default=3000, help="port to bind (default 3000)")
+    parser.add_argument(
+        "--agent",
+        metavar="MODULE:ATTR",
+        help="agent loop (default: the template's AgentLoop parameter default)",
+    )
+    parser.add_argument(
+        "--endpoint",
+        metavar="URL",
+        help="an AWS emulator to use (e.g. one started by serve --store dynamodb) instead of "
+        "an embedded one",
+    )
+    parser.add_argument(
+        "--server-key",
+        default="local-server-key",
+        help="the server key stored in the emulator's secret, which every call but /health "
+        "must send as 'Authorization: Bearer KEY' (default local-server-key, as in events/)",
+    )
+    parser.add_argument(
+        "--allowed-server-hosts",
+        metavar="HOSTS",
+        help="the template parameter AllowedServerHosts (host or host:port, comma-separated): "
+        "as on Lambda, the functions call only public addresses and these hosts, so a TrainGate "
+        "on 127.0.0.1 must be named here",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until interrupted."""
+    import uvicorn
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from rollout_sdk.errors import ConfigurationError
+    from rollout_sdk.local import invoke as inv
+    from rollout_sdk.local.start_api import LocalApi
+
+    stack: inv.EmulatedStack | None = None
+    api: LocalApi | None = None
+    try:
+        template = inv.load(args.template)
+        logical_id = inv.resolve_function(template, "ApiFunction")
+        agent = inv.template_agent(template, args.agent)
+        stack = inv.emulated_stack(
+            args.template, endpoint=args.endpoint, agent=agent, server_key=args.server_key
+        )
+        endpoint, resources = stack.endpoint, stack.resources
+        overrides = (
+            {"AllowedServerHosts": args.allowed_server_hosts} if args.allowed_server_hosts else None
+        )
+        env = inv.function_environment(template, logical_id, resources, overrides)
+        api = LocalApi(
+            inv.import_handler(env),
+            template=args.template,
+            endpoint=endpoint,
+            agent=agent,
+            allowed_server_hosts=args.allowed_server_hosts,
+        )
+        print(
+            f"rollout-sdk: serving {logical_id} of {args.template} on "
+            f"http://127.0.0.1:{args.port} (AWS: {endpoint}"
+            f"{', embedded moto, stopped on exit' if stack.emulator else ''}; server key: "
+            "the emulator's secret)",
+            file=sys.stderr,
+        )
+        uvicorn.run(api, host="127.0.0.1", port=args.port, log_level="warning", lifespan="on")
+    except ConfigurationError as exc:
+        return fail(str(exc), 1)
+    except (BotoCoreError, ClientError) as exc:
+        return fail(f"the AWS emulator failed: {exc}", 1)
+    except OSError as exc:
+        return fail(f"cannot serve on 127.0.0.1:{args.port}: {exc}", 1)
+    finally:
+        if api is not None:
+            api.close()
+        if stack is not None:
+            stack.stop()
+    return 0
