@@ -142,7 +142,7 @@ def _add_running(serve: argparse.ArgumentParser) -> None:
         "--loop",
         default="auto",
         choices=("auto", "asyncio", "uvloop"),
-        help="uvicorn's event loop (default auto: uvloop when installed; the kit installs none, by measurement: README, 'The local server')",
+        help="uvicorn's event loop (default auto: uvloop when installed; the kit does not install it, by measurement: README, 'The local server')",
     )
     serve.add_argument(
         "--http",
