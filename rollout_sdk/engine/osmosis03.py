@@ -35,7 +35,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rollout_sdk.dispatch.base import Job
 from rollout_sdk.engine.progress import RECHECK_SECONDS
@@ -395,8 +395,3 @@ class Osmosis03Service:
         if stopped.cancel_requested or stopped.state.has_response:
             return disposition
         return "not_found"
-
-    # ------------------------------------------------------------------ health
-
-    def lifecycle(self, *, accepting: bool, active: int) -> dict[str, Any]:
-        return {"accepting_rollouts": accepting, "active_rollouts": active}

@@ -69,9 +69,9 @@ def _cancelled_workflow(rollout_id: str, reason: str | None, attempt: int) -> Ro
     """A 0.3.8 rollout cancelled (or whose polling lease ran out) before it started. The 0.3.8
     modules are loaded here, not with the worker: a v1 worker (every Lambda one) never needs
     them."""
-    from rollout_sdk.engine.workflows import cancelled_before_start, kit_response
+    from rollout_sdk.engine.workflows import cancel_outcome, kit_response
 
-    return kit_response(rollout_id, cancelled_before_start(reason), attempt=attempt)
+    return kit_response(rollout_id, cancel_outcome(reason), attempt=attempt)
 
 
 @dataclass(eq=False, repr=False)

@@ -169,12 +169,20 @@ class WorkflowRunner:
                 if self._slots is not None:
                     self._slots.release()
         except _Stopped as stop:
-            queued = max(0.0, self.clock() - record.created_at)
-            outcome = self._stopped(reason(), stop, "workflow", request.agent_timeout_sec, queued)
+            outcome = (
+                timed_out(
+                    "workflow",
+                    request.agent_timeout_sec,
+                    None,
+                    queued=max(0.0, self.clock() - record.created_at),
+                )
+                if stop.expired
+                else cancel_outcome(reason())
+            )
         if reason() == LEASE_EXPIRED and outcome.kit_category != FailureCategory.LEASE_EXPIRED:
             # The lease ran out while the rollout ended: nobody was waiting for it any more,
             # and 0.3.8 answers lease_expired then, whatever came after.
-            outcome = cancelled_before_start(LEASE_EXPIRED, outcome.sample)
+            outcome = cancel_outcome(LEASE_EXPIRED, outcome.sample)
         return kit_response(record.rollout_id, outcome, attempt=attempt)
 
     async def _slot(self, cancelled: asyncio.Event, ends_at: float) -> None:
@@ -197,19 +205,6 @@ class WorkflowRunner:
         if take.done() and not take.cancelled():
             self._slots.release()  # taken as it was cancelled: given back
         raise _Stopped(expired=not cancelled.is_set())
-
-    def _stopped(
-        self,
-        reason: str | None,
-        stop: _Stopped,
-        phase: str,
-        limit: float | None,
-        queued: float,
-        sample: RolloutSample | None = None,
-    ) -> Outcome:
-        if stop.expired:
-            return timed_out(phase, limit, sample, queued=queued)
-        return cancelled_before_start(reason, sample)
 
     async def _phases(
         self,
@@ -261,16 +256,7 @@ class WorkflowRunner:
             except _Stopped:
                 raise
             except Exception as exc:
-                logger.warning(
-                    "the workflow raised", exc_info=exc, extra={"rollout_id": rollout_id}
-                )
-                return Outcome(
-                    RolloutStatus.FAILURE,
-                    None,
-                    str(exc) or type(exc).__name__,
-                    wire_category(exc),
-                    FailureCategory.AGENT_ERROR,
-                )
+                return raised("workflow", exc, None, rollout_id)
             if not request.grade:
                 return Outcome(RolloutStatus.SUCCESS, sample)
             if workflows.grader is None or (request.label is None and request.metadata is None):
@@ -320,26 +306,12 @@ class WorkflowRunner:
         try:
             await self._phase(grade, ctx, request.grader_timeout_sec, ends_at, cancelled)
         except _Stopped as stop:
-            return self._stopped_grading(request, stop, sample)
-        except Exception as exc:
-            logger.warning(
-                "the grader raised", exc_info=exc, extra={"rollout_id": request.rollout_id}
-            )
-            return Outcome(
-                RolloutStatus.FAILURE,
-                sample,
-                str(exc) or type(exc).__name__,
-                wire_category(exc),
-                FailureCategory.AGENT_ERROR,
-            )
-        return Outcome(RolloutStatus.SUCCESS, grader_ctx.sample)
-
-    def _stopped_grading(
-        self, request: RolloutInitRequest, stop: _Stopped, sample: RolloutSample | None
-    ) -> Outcome:
-        if stop.expired:
+            if not stop.expired:
+                raise  # a cancel: as during the workflow
             return timed_out("grader", request.grader_timeout_sec, sample)
-        raise stop  # a cancel: as during the workflow
+        except Exception as exc:
+            return raised("grader", exc, sample, request.rollout_id)
+        return Outcome(RolloutStatus.SUCCESS, grader_ctx.sample)
 
     async def _phase(
         self,
@@ -443,9 +415,9 @@ def kit_response(rollout_id: str, outcome: Outcome, *, attempt: int) -> RolloutR
     )
 
 
-def cancelled_before_start(reason: str | None, sample: RolloutSample | None = None) -> Outcome:
+def cancel_outcome(reason: str | None, sample: RolloutSample | None = None) -> Outcome:
     """The outcome of a 0.3.8 rollout cancelled, or whose polling lease ran out (``reason``),
-    before it ended (``sample``: what it had made by then)."""
+    before it ended, started or not (``sample``: what it had made by then)."""
     if reason == LEASE_EXPIRED:
         return Outcome(
             RolloutStatus.FAILURE,
@@ -455,6 +427,18 @@ def cancelled_before_start(reason: str | None, sample: RolloutSample | None = No
             FailureCategory.LEASE_EXPIRED,
         )
     return Outcome(RolloutStatus.CANCELLED, sample, "cancelled", None, FailureCategory.CANCELLED)
+
+
+def raised(phase: str, exc: Exception, sample: RolloutSample | None, rollout_id: str) -> Outcome:
+    """The outcome of a ``phase`` (workflow, grader) whose code raised ``exc``: the agent's."""
+    logger.warning(f"the {phase} raised", exc_info=exc, extra={"rollout_id": rollout_id})
+    return Outcome(
+        RolloutStatus.FAILURE,
+        sample,
+        str(exc) or type(exc).__name__,
+        wire_category(exc),
+        FailureCategory.AGENT_ERROR,
+    )
 
 
 def timed_out(
