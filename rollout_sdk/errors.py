@@ -316,9 +316,12 @@ class RecordTooLarge(RequestRejected):
 
 
 class ServerUrlRefused(RequestRejected):
-    """``server_url`` names a host this deployment may not call (allowlist, link-local)."""
+    """``server_url`` (or 0.3.8's ``chat_completions_url``: ``field``) names a host this
+    deployment may not call (allowlist, link-local)."""
 
-    field = "server_url"
+    def __init__(self, message: str, field: str = "server_url") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class AgentToolsError(RequestRejected):

@@ -122,6 +122,10 @@ class KitSettings(BaseSettings):
     #: ``lease_expired``). 0.3.8's defaults; the lease must outlast the wait.
     osmosis03_result_wait_seconds: float = Field(30.0, gt=0, le=3600)
     osmosis03_polling_lease_seconds: float = Field(120.0, gt=0, le=86400)
+    #: The most 0.3.8 rollouts in flight a submit may find (the live index's count); at it,
+    #: submit answers 429 with Retry-After. 0: no limit (the local server's own capacity, its
+    #: queue, answers 429 first). On Lambda each one holds a worker and a waiting poll.
+    osmosis03_max_live_rollouts: int = Field(0, ge=0, le=1_000_000)
     #: A running rollout's lease: renewed every ``heartbeat_seconds``; a lease not renewed for
     #: this long belongs to a worker that died.
     lease_seconds: float = Field(60.0, ge=5, le=3600)
@@ -202,6 +206,13 @@ class LambdaSettings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
 
     agent_loop: str | None = Field(None, validation_alias="AGENT_LOOP")
+    #: The osmosis-ai 0.3.8 workflow (and grader, and each one's config instance) to serve
+    #: beside the agent loop, each ``module:attribute`` (the template's Workflow, Grader,
+    #: WorkflowConfig, GraderConfig parameters); unset or empty: v1 only.
+    workflow: str | None = Field(None, validation_alias="WORKFLOW")
+    grader: str | None = Field(None, validation_alias="GRADER")
+    workflow_config: str | None = Field(None, validation_alias="WORKFLOW_CONFIG")
+    grader_config: str | None = Field(None, validation_alias="GRADER_CONFIG")
     table_name: str | None = Field(None, validation_alias="TABLE_NAME")
     worker_function_name: str | None = Field(None, validation_alias="WORKER_FUNCTION_NAME")
     server_key_secret: str | None = Field(None, validation_alias="SERVER_KEY_SECRET_ARN")
@@ -239,6 +250,9 @@ class LambdaSettings(BaseSettings):
     #: Lambda's own variables (the cost estimate's facts): the function's name and memory, and
     #: how its environment was initialised (on-demand, provisioned-concurrency, snap-start).
     function_name: str | None = Field(None, validation_alias="AWS_LAMBDA_FUNCTION_NAME")
+    #: The function's published version (``$LATEST`` unpublished): with the table's name, the
+    #: deployment's identity (``/health``'s ``process_id``).
+    function_version: str = Field("$LATEST", validation_alias="AWS_LAMBDA_FUNCTION_VERSION")
     function_memory_mb: int | None = Field(
         None, ge=1, validation_alias="AWS_LAMBDA_FUNCTION_MEMORY_SIZE"
     )

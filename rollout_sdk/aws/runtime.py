@@ -16,6 +16,7 @@ start loads only what its own handler touches (``tests/aws/test_entry_imports.py
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -36,9 +37,11 @@ if TYPE_CHECKING:
     from rollout_sdk.cost.usage import CostEstimate
     from rollout_sdk.dispatch.base import Dispatcher, Job
     from rollout_sdk.engine.assembly import Engine
+    from rollout_sdk.engine.osmosis03 import PollingLeases
     from rollout_sdk.engine.recovery import Recovery
     from rollout_sdk.engine.settlement import Settlement
     from rollout_sdk.engine.worker import RolloutWorker
+    from rollout_sdk.engine.workflows import Workflows
     from rollout_sdk.http.auth import KeyProvider
     from rollout_sdk.settings import LambdaSettings, RolloutSettings
     from rollout_sdk.store.base import Store
@@ -94,6 +97,47 @@ DURABLE_EXECUTION_TIMEOUT_SECONDS = DURABLE_MAX_REQUEST_TIMEOUT_SECONDS + 3_600
 DURABLE_RETENTION_DAYS = 1
 
 
+#: The longest an osmosis-ai 0.3.8 result poll waits on Lambda (its ``result_wait_timeout_sec``).
+#: API Gateway's HTTP API cuts every integration at 30 s, and the API function times out at
+#: 29; the 9 s left cover what a poll does besides waiting (a read and a renewal before, a
+#: read after, each well under a second even through boto3's retries) and a cold start
+#: (about 1.5 s here, at most Lambda's 10 s init limit) with room to spare.
+LAMBDA_RESULT_WAIT_SECONDS = 20.0
+#: How often a waiting poll reads the record on Lambda, where nothing wakes it (the worker runs
+#: in another function): a 20-second poll makes at most 12 store calls (a read, the renewal,
+#: ten reads), and sees a change at most 2 s late.
+LAMBDA_POLL_RECHECK_SECONDS = 2.0
+
+
+def deployment_id(aws: LambdaSettings) -> str:
+    """The deployment's identity, the same in every environment of one published version of
+    the function (``/health``'s ``process_id``: osmosis-ai 0.3.8's ``wait_idle`` takes a change
+    of it for a restart): a digest of the table's name and the version, naming neither."""
+    seed = f"{aws.table_name}:{aws.function_name}:{aws.function_version}"
+    return "lambda-" + hashlib.sha256(seed.encode()).hexdigest()[:20]
+
+
+def check_osmosis03(settings: RolloutSettings) -> None:
+    """Refuse a 0.3.8 workflow beside the durable worker, and a result wait longer than a
+    poll has on Lambda."""
+    aws = settings.aws
+    if not aws.workflow:
+        return
+    if aws.durable_worker:
+        raise ConfigurationError(
+            "WORKFLOW is set but DURABLE_WORKER is true: osmosis-ai 0.3.8 workflows run on the "
+            "worker function, one invocation each (a workflow has no turns to replay); set "
+            "DurableWorker=false, or deploy the workflow in a stack of its own"
+        )
+    wait = settings.kit.osmosis03_result_wait_seconds
+    if wait > LAMBDA_RESULT_WAIT_SECONDS:
+        raise ConfigurationError(
+            f"ROLLOUT_SDK_OSMOSIS03_RESULT_WAIT_SECONDS is {wait:g} s, but a result poll on "
+            f"Lambda waits at most {LAMBDA_RESULT_WAIT_SECONDS:g} s (API Gateway cuts a "
+            "request at 30 s): lower it (template.yaml sets 20)"
+        )
+
+
 def check_deadlines(settings: RolloutSettings) -> None:
     """Refuse a rollout deadline the worker function cannot honour, and the durable worker
     beside the rollout queue."""
@@ -142,6 +186,7 @@ class LambdaRuntime:
     ) -> None:
         _, self.table_name = required_variables(settings.aws)
         check_deadlines(settings)
+        check_osmosis03(settings)
         self.agent_loop = agent_loop
         self.settings = settings
         self.aws = settings.aws
@@ -175,6 +220,7 @@ class LambdaRuntime:
             botocore_data=settings.aws.botocore_data,
         )
         runtime = cls(agent_loop, settings=settings, clients=clients)
+        _ = runtime.workflows  # a workflow that fails to load fails the cold start
         runtime.init_seconds = init_duration(settings, measured=time.perf_counter() - started)
         return runtime
 
@@ -293,6 +339,31 @@ class LambdaRuntime:
         return KmsVault(key_id, client=lambda: self.clients.kms) if key_id else None
 
     @cached_property
+    def workflows(self) -> Workflows | None:
+        """The osmosis-ai 0.3.8 workflow (and grader) WORKFLOW names, or None (v1 only)."""
+        aws = self.aws
+        if not aws.workflow:
+            return None
+        from rollout_sdk.loader import load_workflows
+
+        workflows: Workflows = load_workflows(
+            aws.workflow,
+            aws.grader or None,
+            aws.workflow_config or None,
+            aws.grader_config or None,
+        )
+        return workflows
+
+    @cached_property
+    def leases(self) -> PollingLeases | None:
+        """The 0.3.8 polling leases the re-drive checks, where a workflow is served."""
+        if not self.aws.workflow:
+            return None
+        from rollout_sdk.engine.osmosis03 import PollingLeases
+
+        return PollingLeases(self.engine, clock=self.clock)
+
+    @cached_property
     def engine(self) -> Engine:
         """The environment's one engine (worker, delivery, settlement, recovery), on the same
         store, client and vault; the API function's app shares it. Its recovery hands off
@@ -310,6 +381,8 @@ class LambdaRuntime:
             costs=MeteredLedger(),
             hand_off=self._hand_off,
             clock=self.clock,
+            workflows=self.workflows,
+            process_id=deployment_id(self.aws),
         )
 
     async def _hand_off(self, job: Job) -> None:
@@ -406,6 +479,7 @@ class LambdaRuntime:
             self.dispatcher,
             key_provider=self.server_keys,
             docs=self.aws.enable_docs,
+            recheck_seconds=LAMBDA_POLL_RECHECK_SECONDS,
         )
 
 

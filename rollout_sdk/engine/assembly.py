@@ -87,6 +87,7 @@ class Engine:
         dispatcher: DispatcherFor | None = None,
         hand_off: HandOff | None = None,
         workflows: Workflows | None = None,
+        process_id: str | None = None,
     ) -> Engine:
         """Build each collaborator once; the worker only when ``agent_loop`` is given.
         ``telemetry`` gets every transition's metrics (the TrainGate client takes its own, so
@@ -108,7 +109,9 @@ class Engine:
             raise ValueError("Engine.build: a dispatcher runs the engine's worker: give agent_loop")
         leases = Leases(store, settings.kit, clock=clock)
         board = StatusBoard()
-        process_id = str(uuid.uuid4())
+        # A new one each start, unless the composition has one that outlives a process (a
+        # Lambda deployment's, the same in each of its environments).
+        process_id = process_id or str(uuid.uuid4())
         delivery = Delivery(
             store,
             client,

@@ -12,16 +12,20 @@ the record expires (0.3.8's result retention is the record's TTL). The rest, in 
   duplicate); a full server answers 429 with ``Retry-After``, one shutting down 503 (the
   hand-off's own answers, the record released);
 - **poll** (``GET /rollout/{id}/result``): the lease is checked (403) and renewed (a store move,
-  ``renew_poll``); the answer waits up to the wait timeout for the status to change, woken by the
-  worker's phases and the final move (:class:`~rollout_sdk.engine.progress.StatusBoard`) and
-  reading the record again at least every second;
+  ``renew_poll``, which also records the status answered, ``poll_seen``); a poll whose rollout
+  has changed since the last answer answers at once, else it waits up to the wait timeout for a
+  change, woken by the worker's phases and the final move where they run in this process
+  (:class:`~rollout_sdk.engine.progress.StatusBoard`) and reading the record again every
+  ``recheck_seconds`` (on Lambda, where nothing wakes it, that bounds its reads: one read and one
+  renewal, then one read per recheck);
 - **the polling lease**: one not renewed in time ends the rollout ``failure`` /
-  ``lease_expired`` once: found by the next poll, and by :meth:`Osmosis03Service.watch_leases`
-  within a second of its end; the worker stops the workflow (a cancel with a reason), and a
-  rollout still queued is settled at once;
-- **cancel** (``POST /rollout/cancel``): by ids, or by prefix or all over this server's live
-  0.3.8 rollouts (never a v1 one); ``cancelled_queued``, ``cancelled_running`` or
-  ``not_found``, the same again for a cancel already asked;
+  ``lease_expired`` once: found by the next poll, and by :meth:`Osmosis03Service.check_leases`
+  (the local server's watch every second, the re-drive's pass on Lambda), which reads the
+  store's live index of leases that ran out; the worker stops the workflow (a cancel with a
+  reason), and a rollout still queued is settled at once;
+- **cancel** (``POST /rollout/cancel``): by ids, or by prefix or all over the live index (the
+  0.3.8 rollouts in flight, never a v1 one, never a read of the table); ``cancelled_queued``,
+  ``cancelled_running`` or ``not_found``, the same again for a cancel already asked;
 - **the answer** is rendered from the record: its state while in flight, and 0.3.8's outcome
   from the final response (:mod:`rollout_sdk.engine.workflows`), or, for an ERROR the kit wrote
   itself (a worker lost, a restart), the kit's category mapped onto 0.3.8's six.
@@ -34,16 +38,18 @@ import hashlib
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 from rollout_sdk.dispatch.base import Job
 from rollout_sdk.engine.progress import RECHECK_SECONDS
 from rollout_sdk.engine.responses import failure_of
+from rollout_sdk.engine.rules import check_server_url
 from rollout_sdk.engine.workflows import LEASE_EXPIRED, OUTCOME_KEY
 from rollout_sdk.errors import (
     CancelSelectorRefused,
     FailureCategory,
+    Overloaded,
     PayloadTooLarge,
     PollLeaseRefused,
     RolloutIdTaken,
@@ -152,8 +158,100 @@ def result_of(record: RolloutRecord, phase: str | None = None) -> RolloutResultR
     )
 
 
+class PollingLeases:
+    """The 0.3.8 rollouts' polling leases as the store's live index holds them: a lease that
+    ran out ends its rollout, once (:meth:`check_leases`: the local server's watch, the
+    re-drive's pass on Lambda), and a rollout asked to stop is signalled or settled
+    (:meth:`stop`, cancel's too). No submit or poll here: the re-drive builds it alone."""
+
+    def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.time) -> None:
+        self.engine = engine
+        self.clock = clock
+
+    @property
+    def store(self) -> Store:
+        return self.engine.store
+
+    async def expire(self, record: RolloutRecord) -> RolloutRecord:
+        """End a rollout whose polling lease ran out: ``failure`` / ``lease_expired``, once."""
+        logger.warning("polling lease expired", extra={"rollout_id": record.rollout_id})
+        return await self.stop(record, reason=LEASE_EXPIRED)
+
+    async def stop(self, record: RolloutRecord, *, reason: str | None) -> RolloutRecord:
+        """Ask the rollout to stop (a cancel, or its lease): signalled where it runs here,
+        settled at once when it is still queued, else left to its worker's heartbeat."""
+        engine = self.engine
+        now = self.clock()
+        marked = await self.store.request_cancel(record.rollout_id, now=now, reason=reason)
+        if not marked.applied or marked.record is None:
+            return marked.record or record
+        if engine.cancels.signal(record.rollout_id, reason):
+            return marked.record
+        if marked.record.state == RecordState.ACCEPTED:
+            expired = reason == LEASE_EXPIRED
+            settled = await engine.settlement.settle(
+                record.rollout_id,
+                reason="polling lease expired" if expired else "cancelled",
+                category=FailureCategory.LEASE_EXPIRED if expired else FailureCategory.CANCELLED,
+            )
+            return settled or marked.record
+        return marked.record
+
+    async def watch_leases(self, every: float = LEASE_CHECK_SECONDS) -> None:
+        """Forever: end each live rollout whose polling lease ran out (within ``every``
+        seconds of its end)."""
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await self.check_leases()
+            except Exception:  # a store that fails now may not later: the watch goes on
+                logger.exception("the polling lease watch failed; trying again")
+
+    async def check_leases(self) -> int:
+        """One look at the live index's leases that ran out; how many rollouts were ended."""
+        now = self.clock()
+        ended = 0
+        async for rollout_id in self.listed(ended_by=now):
+            try:
+                ended += await self._check(rollout_id, now)
+            except Exception:  # one record's failure must not stop the others' leases
+                logger.exception(
+                    "a polling lease was not checked", extra={"rollout_id": rollout_id}
+                )
+        return ended
+
+    async def listed(
+        self, *, ended_by: float | None = None, prefix: str = ""
+    ) -> AsyncIterator[str]:
+        """Every id the live index lists (a hint: each is read again before a move)."""
+        after = None
+        while True:
+            page = await self.store.polled(
+                now=self.clock(), ended_by=ended_by, prefix=prefix, after=after
+            )
+            for rollout_id in page.rollout_ids:
+                yield rollout_id
+            if page.cursor is None:
+                return
+            after = page.cursor
+
+    async def _check(self, rollout_id: str, now: float) -> int:
+        """One rollout the index lists past its lease's end: ended (1), or left (0) when it is
+        final, renewed meanwhile, or already asked to stop."""
+        record = await self.store.get(rollout_id, now=now)
+        if record is None or not record.state.is_active or record.cancel_requested:
+            return 0
+        if record.poll_until is not None and record.poll_until >= now:
+            return 0  # renewed since the index was written (it is eventually consistent)
+        await self.expire(record)
+        return 1
+
+
 class Osmosis03Service:
-    """The 0.3.8 routes' work, over init's :class:`RolloutService` and the engine."""
+    """The 0.3.8 routes' work, over init's :class:`RolloutService` and the engine.
+
+    ``max_live``: the most 0.3.8 rollouts in flight (the live index's count) a submit may find;
+    at it, 429 with ``Retry-After`` (0: no limit)."""
 
     def __init__(
         self,
@@ -162,6 +260,8 @@ class Osmosis03Service:
         *,
         wait_seconds: float = RESULT_WAIT_SECONDS,
         lease_seconds: float = POLLING_LEASE_SECONDS,
+        recheck_seconds: float = RECHECK_SECONDS,
+        max_live: int = 0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if not 0 < wait_seconds < lease_seconds:
@@ -170,29 +270,65 @@ class Osmosis03Service:
         self.engine = engine
         self.wait_seconds = wait_seconds
         self.lease_seconds = lease_seconds
+        self.recheck_seconds = recheck_seconds
+        self.max_live = max_live
         self.clock = clock
-        #: The 0.3.8 rollouts this server holds in flight, and when each one's polling lease
-        #: ends: what the lease watch looks at, and what cancel by prefix or all selects from
-        #: (a restart's sweep ends every one that was in flight, so none is missed).
-        self.live: dict[str, float] = {}
-        #: The status each live rollout's polls were last answered (a poll waits for a change
-        #: from it).
-        self.answered: dict[str, RolloutStatus] = {}
+        self.leases = PollingLeases(engine, clock=clock)
+
+    @classmethod
+    def for_engine(
+        cls,
+        service: RolloutService,
+        engine: Engine,
+        *,
+        wait_seconds: float | None = None,
+        recheck_seconds: float = RECHECK_SECONDS,
+    ) -> Osmosis03Service:
+        """The service on ``engine``'s settings (``wait_seconds``: the composition's bound on
+        the result wait, when it has one)."""
+        kit = engine.settings.kit
+        return cls(
+            service,
+            engine,
+            wait_seconds=kit.osmosis03_result_wait_seconds
+            if wait_seconds is None
+            else wait_seconds,
+            lease_seconds=kit.osmosis03_polling_lease_seconds,
+            recheck_seconds=recheck_seconds,
+            max_live=kit.osmosis03_max_live_rollouts,
+            clock=engine.clock,
+        )
 
     @property
     def store(self) -> Store:
         return self.engine.store
 
+    async def active(self) -> int:
+        """The 0.3.8 rollouts in flight (the live index's count: ``/health``'s lifecycle)."""
+        return await self.store.count_polled(now=self.clock())
+
     # ------------------------------------------------------------------ submit
 
     async def submit(self, request: RolloutInitRequest) -> RolloutInitResponse:
-        """Register and start a rollout. Raises RolloutIdTaken (409), PayloadTooLarge (413),
-        Overloaded (429), DispatchError (503), StoreError (503)."""
+        """Register and start a rollout. Raises ServerUrlRefused (422), RolloutIdTaken (409),
+        PayloadTooLarge (413), Overloaded (429), DispatchError (503), StoreError (503)."""
         rollout_id = request.rollout_id
         if not rollout_id_fits(rollout_id):
             raise PayloadTooLarge(
                 f"rollout_id has {len(rollout_id)} characters: at most {ROLLOUT_ID_MAX_CHARS} "
                 f"characters and {ROLLOUT_ID_MAX_BYTES} bytes"
+            )
+        # What v1's init does with server_url: the workflow calls this URL (with a client of its
+        # own, so a name is not checked again at each connection, as the kit's client does).
+        check_server_url(
+            request.chat_completions_url, self.service.outbound, "chat_completions_url"
+        )
+        if self.max_live and await self.active() >= self.max_live:
+            raise Overloaded(
+                f"{self.max_live} osmosis-ai 0.3.8 rollouts are in flight, the most this "
+                "deployment takes (ROLLOUT_SDK_OSMOSIS03_MAX_LIVE_ROLLOUTS, the template's "
+                "MaxLiveRollouts)",
+                retry_after=self.engine.settings.kit.retry_after_seconds,
             )
         token = secrets.token_urlsafe(32)
         now = self.clock()
@@ -223,7 +359,6 @@ class Osmosis03Service:
         created = await self.service.admit(record, api_key=request.llm_api_key, job=job, now=now)
         if not created.created:
             raise RolloutIdTaken("rollout_id is already registered")
-        self.live[rollout_id] = now + self.lease_seconds
         return RolloutInitResponse.model_validate({**answer, "polling_lease_token": token})
 
     # ------------------------------------------------------------------ poll
@@ -249,19 +384,27 @@ class Osmosis03Service:
             lease_digest(token), record.poll_digest
         ):
             raise PollLeaseRefused("invalid polling lease")
-        if record.state.is_active:
-            record = await self._renew(record)
         answer = self.status_of(record)
+        if not record.state.is_active:
+            return answer
         # A change is one from what this rollout's polls were last answered (the 202's
-        # ``queued`` at first): a status reached meanwhile is answered at once.
-        seen = self.answered.get(rollout_id, RolloutStatus.QUEUED)
-        if answer.status not in FINAL_STATUSES and answer.status == seen:
-            answer = await self._wait_for_change(rollout_id, answer)
-        if answer.status in FINAL_STATUSES:
-            self.live.pop(rollout_id, None)
-            self.answered.pop(rollout_id, None)
-        else:
-            self.answered[rollout_id] = answer.status
+        # ``queued`` at first): a status reached meanwhile is answered at once, and recorded
+        # with the renewal, so that the next poll, wherever it lands, waits for the next one.
+        seen = record.poll_seen or RolloutStatus.QUEUED.value
+        changed = answer.status.value != seen
+        record = await self._renew(record, seen=answer.status.value if changed else None)
+        if not record.state.is_active:
+            return self.status_of(record)  # its lease ran out and it ended at once
+        if changed:
+            return answer
+        answer = await self._wait_for_change(rollout_id, answer)
+        if answer.status not in FINAL_STATUSES:
+            await self.store.renew_poll(
+                rollout_id,
+                until=self.clock() + self.lease_seconds,
+                now=self.clock(),
+                seen=answer.status.value,
+            )
         return answer
 
     async def _wait_for_change(
@@ -271,7 +414,7 @@ class Osmosis03Service:
         after the wait timeout."""
         ends = time.monotonic() + self.wait_seconds
         while (left := ends - time.monotonic()) > 0:
-            await self.engine.board.wait(rollout_id, min(left, RECHECK_SECONDS))
+            await self.engine.board.wait(rollout_id, min(left, self.recheck_seconds))
             current = await self.store.get(rollout_id, now=self.clock())
             if current is None:  # expired meanwhile: unknown now, as for any later poll
                 raise RolloutNotFound("unknown rollout_id")
@@ -280,82 +423,19 @@ class Osmosis03Service:
                 return now
         return answer
 
-    async def _renew(self, record: RolloutRecord) -> RolloutRecord:
-        """The lease renewed by this poll; one that ran out ends the rollout instead."""
+    async def _renew(self, record: RolloutRecord, *, seen: str | None) -> RolloutRecord:
+        """The lease renewed by this poll (``seen``: the status it answers, when new); one
+        that ran out ends the rollout instead."""
         now = self.clock()
-        until = now + self.lease_seconds
-        renewed = await self.store.renew_poll(record.rollout_id, until=until, now=now)
+        renewed = await self.store.renew_poll(
+            record.rollout_id, until=now + self.lease_seconds, now=now, seen=seen
+        )
         if renewed.applied and renewed.record is not None:
-            self.live[record.rollout_id] = until
             return renewed.record
         current = renewed.record or record
         if current.state.is_active and not current.cancel_requested:
-            return await self.expire(current)
+            return await self.leases.expire(current)
         return current
-
-    async def expire(self, record: RolloutRecord) -> RolloutRecord:
-        """End a rollout whose polling lease ran out: ``failure`` / ``lease_expired``, once."""
-        logger.warning("polling lease expired", extra={"rollout_id": record.rollout_id})
-        return await self._stop(record, reason=LEASE_EXPIRED)
-
-    async def _stop(self, record: RolloutRecord, *, reason: str | None) -> RolloutRecord:
-        """Ask the rollout to stop (a cancel, or its lease): signalled where it runs here,
-        settled at once when it is still queued, else left to its worker's heartbeat."""
-        engine = self.engine
-        now = self.clock()
-        marked = await self.store.request_cancel(record.rollout_id, now=now, reason=reason)
-        if not marked.applied or marked.record is None:
-            return marked.record or record
-        if engine.cancels.signal(record.rollout_id, reason):
-            return marked.record
-        if marked.record.state == RecordState.ACCEPTED:
-            expired = reason == LEASE_EXPIRED
-            settled = await engine.settlement.settle(
-                record.rollout_id,
-                reason="polling lease expired" if expired else "cancelled",
-                category=FailureCategory.LEASE_EXPIRED if expired else FailureCategory.CANCELLED,
-            )
-            return settled or marked.record
-        return marked.record
-
-    async def watch_leases(self, every: float = LEASE_CHECK_SECONDS) -> None:
-        """Forever: end each live rollout whose polling lease ran out (within ``every``
-        seconds of its end), and forget those that are final."""
-        while True:
-            await asyncio.sleep(every)
-            try:
-                await self.check_leases()
-            except Exception:  # a store that fails now may not later: the watch goes on
-                logger.exception("the polling lease watch failed; trying again")
-
-    async def check_leases(self) -> int:
-        """One look at the live rollouts' leases; how many were ended."""
-        now = self.clock()
-        ended = 0
-        for rollout_id, until in list(self.live.items()):
-            if until >= now:
-                continue
-            try:
-                ended += await self._check(rollout_id, now)
-            except Exception:  # one record's failure must not stop the others' leases
-                logger.exception(
-                    "a polling lease was not checked", extra={"rollout_id": rollout_id}
-                )
-        return ended
-
-    async def _check(self, rollout_id: str, now: float) -> int:
-        """One live rollout past its lease's end: ended (1), or forgotten, or renewed (0)."""
-        record = await self.store.get(rollout_id, now=now)
-        if record is None or not record.state.is_active:
-            self.live.pop(rollout_id, None)
-            return 0
-        if record.poll_until is not None and record.poll_until >= now:
-            self.live[rollout_id] = record.poll_until  # renewed by a poll elsewhere
-            return 0
-        if record.cancel_requested:
-            return 0
-        await self.expire(record)
-        return 1
 
     # ------------------------------------------------------------------ cancel
 
@@ -369,7 +449,8 @@ class Osmosis03Service:
         if ids is not None:
             selected = list(dict.fromkeys(ids))
         else:
-            selected = [r for r in self.live if every or r.startswith(prefix or "")]
+            listed = self.leases.listed(prefix="" if every else prefix or "")
+            selected = [rollout_id async for rollout_id in listed]
         dispositions: dict[str, str] = {}
         for rollout_id in selected:
             dispositions[rollout_id] = await self._cancel_one(rollout_id)
@@ -391,7 +472,7 @@ class Osmosis03Service:
         )
         if record.cancel_requested:
             return disposition  # asked already: the same answer again
-        stopped = await self._stop(record, reason=None)
+        stopped = await self.leases.stop(record, reason=None)
         if stopped.cancel_requested or stopped.state.has_response:
             return disposition
         return "not_found"

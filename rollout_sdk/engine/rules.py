@@ -49,7 +49,7 @@ def check_metadata_bytes(size: int, limit: int) -> None:
 # --------------------------------------------------------------------------- server_url
 
 
-def check_server_url(server_url: str, policy: OutboundPolicy) -> None:
+def check_server_url(server_url: str, policy: OutboundPolicy, field: str = "server_url") -> None:
     """Refuse a ``server_url`` this deployment may not call, without resolving anything.
 
     The host must be on a non-empty allowlist (``ROLLOUT_SDK_ALLOWED_SERVER_HOSTS``, ``host`` or
@@ -58,14 +58,15 @@ def check_server_url(server_url: str, policy: OutboundPolicy) -> None:
     name is checked when the worker connects, at every address it resolves to: resolving it
     here would not help, since it may resolve differently then.
 
-    Raises ServerUrlRefused naming the setting that would allow the URL.
+    Raises ServerUrlRefused naming ``field`` (the body's field that holds the URL) and the
+    setting that would allow the URL.
     """
     parts = urlsplit(server_url)
     raw_host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
     refusal = policy.host_refusal(raw_host, port)
     if refusal is not None:
-        raise ServerUrlRefused(f"server_url host {raw_host[:256]!r} {refusal}")
+        raise ServerUrlRefused(f"{field} host {raw_host[:256]!r} {refusal}", field)
 
 
 # --------------------------------------------------------------------------- tools

@@ -69,6 +69,10 @@ class AppServices:
     dispatcher: Dispatcher
     #: The osmosis-ai 0.3.8 routes' service, where a workflow is served.
     osmosis03: Osmosis03Service | None = None
+    #: What ``/health``'s lifecycle counts as active where the dispatcher runs nothing itself
+    #: (the Lambda API function: the 0.3.8 rollouts in flight, the live index's count); None:
+    #: the dispatcher's own count.
+    active: Callable[[], Awaitable[int]] | None = None
 
     @property
     def process_id(self) -> str:
@@ -194,10 +198,11 @@ def _add_routes(
 
     workflows = services.engine.workflows
 
-    def health_body() -> dict[str, Any]:
+    async def health_body() -> dict[str, Any]:
         # One answer for both protocols' clients: v1's fields, and osmosis-ai 0.3.8's identity
         # and lifecycle (RolloutClient.wait_idle reads process_id and lifecycle).
-        active = services.dispatcher.active
+        count = services.active
+        active = services.dispatcher.active if count is None else await count()
         body: dict[str, Any] = {
             "status": "healthy",
             "agent_loop": agent_loop.name,
@@ -224,11 +229,11 @@ def _add_routes(
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return health_body()
+        return await health_body()
 
     @app.get("/platform/health")
     async def platform_health() -> dict[str, Any]:
-        return health_body()
+        return await health_body()
 
 
 def _add_metrics_route(app: FastAPI, metrics: PrometheusTelemetry) -> None:
@@ -333,14 +338,8 @@ def local_app(
     if engine.workflows is not None:
         from rollout_sdk.engine.osmosis03 import Osmosis03Service
 
-        osmosis03 = Osmosis03Service(
-            service,
-            engine,
-            wait_seconds=engine.settings.kit.osmosis03_result_wait_seconds,
-            lease_seconds=engine.settings.kit.osmosis03_polling_lease_seconds,
-            clock=engine.clock,
-        )
-        serving.append(("0.3.8 polling leases", osmosis03.watch_leases))
+        osmosis03 = Osmosis03Service.for_engine(service, engine)
+        serving.append(("0.3.8 polling leases", osmosis03.leases.watch_leases))
     services = AppServices(
         service=service, engine=engine, dispatcher=engine.dispatcher, osmosis03=osmosis03
     )
@@ -364,14 +363,30 @@ def lambda_api_app(
     *,
     key_provider: KeyProvider,
     docs: bool,
+    recheck_seconds: float = 2.0,
 ) -> FastAPI:
     """The Lambda API function: init hands each rollout to ``dispatcher`` (another function),
     and nothing runs after a response (no timers: the re-drive and the failure destination are
-    functions of their own). The callback key is sealed only when a response is parked, and
+    functions of their own; a 0.3.8 polling lease that runs out is found by the next poll and
+    the re-drive's pass). Where the engine serves a workflow, the 0.3.8 routes too, their polls
+    reading the record every ``recheck_seconds`` (nothing in this function hears the worker)
+    and ``/health`` counting the live index. The callback key is sealed only when a response is parked, and
     the cold start builds only the models its routes declare (the worker's final responses and
     chat completions are built when first used)."""
     service = RolloutService(agent_loop, engine.store, dispatcher, engine.settings, engine=engine)
-    services = AppServices(service=service, engine=engine, dispatcher=dispatcher)
+    osmosis03 = None
+    if engine.workflows is not None:
+        # Here: only a deployment that serves a workflow loads the 0.3.8 modules.
+        from rollout_sdk.engine.osmosis03 import Osmosis03Service
+
+        osmosis03 = Osmosis03Service.for_engine(service, engine, recheck_seconds=recheck_seconds)
+    services = AppServices(
+        service=service,
+        engine=engine,
+        dispatcher=dispatcher,
+        osmosis03=osmosis03,
+        active=None if osmosis03 is None else osmosis03.active,
+    )
     return build_app(agent_loop, services, key_provider=key_provider, docs=docs)
 
 

@@ -33,6 +33,13 @@ records are in it is decided here, by the moves:
 
 A listing is a hint: a recoverer reads the record again, consistently, and every move stays a
 conditional write, so a stale entry can never deliver twice.
+
+The live index. An osmosis-ai 0.3.8 rollout in flight holds a polling lease (``poll_until``); the
+move that makes it final (``finish``, ``settle``) clears it. :meth:`Store.polled` lists the
+records that hold one (a sparse index again: a GSI keyed on the protocol and the lease's end on
+DynamoDB, a partial index in SQLite, a dict in memory), those whose lease ran out first, so that
+cancel by prefix or all, the lease check and ``/health``'s count read O(live) and never the
+table. A hint like the due index: each listed record is read again before a move.
 """
 
 from __future__ import annotations
@@ -148,8 +155,10 @@ class Update:
     sealed_key: str | _Unset | None = field(default=UNSET, repr=False)
     #: The whole ``extra`` map (the delivery moves write the rollout's cost so far there).
     extra: dict[str, Any] | _Unset = UNSET
-    #: A 0.3.8 rollout's polling lease, renewed by each poll.
+    #: A 0.3.8 rollout's polling lease, renewed by each poll (cleared by the final move).
     poll_until: float | _Unset | None = UNSET
+    #: The status a 0.3.8 rollout's polls were last answered (a poll waits for a change).
+    poll_seen: str | _Unset | None = UNSET
     cancel_reason: str | _Unset | None = UNSET
 
     def changes(self) -> dict[str, Any]:
@@ -203,6 +212,8 @@ def _finished(
         next_attempt_at=None,
         updated_at=now,
         expires_at=expires_at,
+        # A final rollout holds no polling lease: it leaves the live index.
+        poll_until=None,
     )
 
 
@@ -305,6 +316,27 @@ class Store(abc.ABC):
         bound = now if until is None else until
         return await self._run(functools.partial(self._due_page, now, bound, limit, after))
 
+    async def polled(
+        self,
+        *,
+        now: float,
+        ended_by: float | None = None,
+        prefix: str = "",
+        limit: int = 100,
+        after: DueCursor | None = None,
+    ) -> DuePage:
+        """Ids of the records in the live index (0.3.8 rollouts in flight, holding a polling
+        lease), about earliest lease end first: those whose lease ended before ``ended_by``
+        when given, those whose id starts with ``prefix``; a page of at most ``limit`` from
+        ``after``. A hint: read each record again before acting on it."""
+        return await self._run(
+            functools.partial(self._polled_page, now, ended_by, prefix, limit, after)
+        )
+
+    async def count_polled(self, *, now: float) -> int:
+        """How many records the live index holds (0.3.8 rollouts in flight)."""
+        return await self._run(functools.partial(self._count_polled, now))
+
     async def acquire_pass(self, name: str, *, holder: str, until: float, now: float) -> bool:
         """Take the lease item ``name`` for ``holder`` until ``until`` unless another holder's
         lease is still live at ``now``; True when taken (one re-drive pass at a time)."""
@@ -336,6 +368,21 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def _due_page(self, now: float, until: float, limit: int, after: DueCursor | None) -> DuePage:
         """:meth:`due`'s body, ``until`` given."""
+
+    @abc.abstractmethod
+    def _polled_page(
+        self,
+        now: float,
+        ended_by: float | None,
+        prefix: str,
+        limit: int,
+        after: DueCursor | None,
+    ) -> DuePage:
+        """:meth:`polled`'s body."""
+
+    @abc.abstractmethod
+    def _count_polled(self, now: float) -> int:
+        """:meth:`count_polled`'s body."""
 
     @abc.abstractmethod
     def _acquire_pass(self, name: str, holder: str, until: float, now: float) -> bool:
@@ -560,12 +607,16 @@ class Store(abc.ABC):
         )
         return await self._apply(rollout_id, guard, update, now=now)
 
-    async def renew_poll(self, rollout_id: str, *, until: float, now: float) -> TransitionResult:
+    async def renew_poll(
+        self, rollout_id: str, *, until: float, now: float, seen: str | None = None
+    ) -> TransitionResult:
         """A 0.3.8 rollout's polling lease held until ``until`` (a poll came), while the
         rollout has no final response and its lease has not run out (``poll_until`` at or
-        after ``now``: a lease that ran out stays out)."""
+        after ``now``: a lease that ran out stays out); ``seen``, when given, is the status
+        this poll answers (the next one waits for a change from it)."""
         guard = Guard(states=(RecordState.ACCEPTED, RecordState.RUNNING), poll_live_at=now)
-        return await self._apply(rollout_id, guard, Update(poll_until=until), now=now)
+        update = Update(poll_until=until, poll_seen=UNSET if seen is None else seen)
+        return await self._apply(rollout_id, guard, update, now=now)
 
     async def mark_handoff(
         self,

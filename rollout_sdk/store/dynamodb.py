@@ -13,6 +13,14 @@ record: ``redrive#<n>`` (one of ``DUE_SHARDS`` partitions, by the rollout id's h
 of parked responses spreads its index writes) or ``server#<owner>`` for a local server's records.
 The GSI is eventually consistent: a listing is a hint, and every move stays a conditional write.
 
+The live index (``LIVE_INDEX``, a sparse GSI, keys only): partition ``protocol``, sort
+``poll_until``. Only a 0.3.8 rollout in flight has a ``poll_until`` (its final move removes it),
+so the index holds exactly those, under the partition ``osmosis03``: the lease check reads the
+leases that ran out as a key range, cancel by prefix or all and ``/health``'s count read the
+partition, and none of them reads the table. One partition: each poll renews the lease (one
+index write), and a partition takes about 1,000 writes a second, some 20,000 rollouts polled
+every 20 seconds.
+
 The slot item lives as long as its record can (``slot_expires_at`` at create), and a create
 that finds a live slot whose record is gone takes the slot over.
 
@@ -63,7 +71,7 @@ from rollout_sdk.store.base import (
 )
 from rollout_sdk.store.dynamodb_codec import ValueCodec, attr
 from rollout_sdk.store.dynamodb_errors import translated
-from rollout_sdk.store.record import RecordState, RolloutRecord
+from rollout_sdk.store.record import PROTOCOL_OSMOSIS03, RecordState, RolloutRecord
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -87,6 +95,11 @@ DUE_SORT = "due_at"
 #: writes a second per partition key value; eight leave room for a whole fleet's callbacks
 #: failing at once, and cost a pass eight small queries.
 DUE_SHARDS = 8
+
+#: The live index's name, and its key attributes (template.yaml's GlobalSecondaryIndexes).
+LIVE_INDEX = "live"
+LIVE_PARTITION = "protocol"
+LIVE_SORT = "poll_until"
 
 #: A DynamoDB item is at most 400 KB. Three compressed values (request, tools, response) of at
 #: most 100 KB each leave room for the other attributes; larger ones go to S3.
@@ -383,6 +396,62 @@ class DynamoDBStore(Store):
                 shard += 1
         more = shard < len(partitions)
         return DuePage(ids, (shard, start) if more else None)
+
+    def _live_query(self, ended_by: float | None) -> dict[str, Any]:
+        query: dict[str, Any] = {
+            "TableName": self.table_name,
+            "IndexName": LIVE_INDEX,
+            "KeyConditionExpression": "#p = :p",
+            "ExpressionAttributeNames": {"#p": LIVE_PARTITION},
+            "ExpressionAttributeValues": {":p": {"S": PROTOCOL_OSMOSIS03}},
+        }
+        if ended_by is not None:
+            query["KeyConditionExpression"] += " AND #u < :u"
+            query["ExpressionAttributeNames"]["#u"] = LIVE_SORT
+            query["ExpressionAttributeValues"][":u"] = attr(ended_by)
+        return query
+
+    def _polled_page(
+        self,
+        now: float,
+        ended_by: float | None,
+        prefix: str,
+        limit: int,
+        after: DueCursor | None,
+    ) -> DuePage:
+        """Queries of the live index: only the 0.3.8 rollouts in flight are read."""
+        query = self._live_query(ended_by)
+        if prefix:
+            # Read from the index's keys (the table's own key is projected into it).
+            query["FilterExpression"] = "begins_with(pk, :prefix)"
+            query["ExpressionAttributeValues"][":prefix"] = {"S": ROLLOUT_PREFIX + prefix}
+        start = after[0] if after is not None else None
+        ids: list[str] = []
+        while len(ids) < limit:
+            page_query = {**query, "Limit": limit - len(ids)}
+            if start is not None:
+                page_query["ExclusiveStartKey"] = start
+            with self._calling("query of the live index"):
+                page = self._ddb.query(**page_query)
+            ids.extend(
+                item["pk"]["S"].removeprefix(ROLLOUT_PREFIX) for item in page.get("Items", [])
+            )
+            start = page.get("LastEvaluatedKey")
+            if start is None:
+                break
+        return DuePage(ids, (start,) if start is not None else None)
+
+    def _count_polled(self, now: float) -> int:
+        query = {**self._live_query(None), "Select": "COUNT"}
+        count = 0
+        while True:
+            with self._calling("count of the live index"):
+                page = self._ddb.query(**query)
+            count += int(page.get("Count", 0))
+            start = page.get("LastEvaluatedKey")
+            if start is None:
+                return count
+            query["ExclusiveStartKey"] = start
 
     def _acquire_pass(self, name: str, holder: str, until: float, now: float) -> bool:
         try:

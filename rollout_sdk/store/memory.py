@@ -20,6 +20,8 @@ class _Tables:
     by_id: dict[str, RolloutRecord] = field(default_factory=dict)
     by_slot: dict[str, str] = field(default_factory=dict)
     due: dict[str, float] = field(default_factory=dict)
+    #: The live index: each 0.3.8 rollout in flight, and its polling lease's end.
+    polled: dict[str, float] = field(default_factory=dict)
     passes: dict[str, tuple[str, float]] = field(default_factory=dict)
 
 
@@ -45,11 +47,16 @@ class _MemoryTransaction:
             store.due.pop(record.rollout_id, None)
         else:
             store.due[record.rollout_id] = record.due_at
+        if record.poll_until is None:
+            store.polled.pop(record.rollout_id, None)
+        else:
+            store.polled[record.rollout_id] = record.poll_until
 
     def delete(self, rollout_id: str) -> None:
         store = self._store
         old = store.by_id.pop(rollout_id, None)
         store.due.pop(rollout_id, None)
+        store.polled.pop(rollout_id, None)
         if old is not None and store.by_slot.get(old.slot) == rollout_id:
             del store.by_slot[old.slot]
 
@@ -104,6 +111,23 @@ class MemoryStore(TransactionalStore):
         page = entries[:limit]
         cursor = page[-1] if len(entries) > limit else None
         return DuePage([rid for _, rid in page], cursor)
+
+    def _polled(self, ended_by: float, prefix: str, limit: int, after: DueCursor | None) -> DuePage:
+        with self._lock:
+            entries = sorted(
+                (until, rid)
+                for rid, until in self._tables.polled.items()
+                if until < ended_by
+                and rid.startswith(prefix)
+                and (after is None or (until, rid) > after)
+            )
+        page = entries[:limit]
+        cursor = page[-1] if len(entries) > limit else None
+        return DuePage([rid for _, rid in page], cursor)
+
+    def _count_live(self, now: float) -> int:
+        with self._lock:
+            return sum(not self._by_id[rid].is_expired(now) for rid in self._tables.polled)
 
     def __len__(self) -> int:
         return len(self._by_id)

@@ -129,6 +129,8 @@ class RolloutRecord:
     #: holds it (each poll renews it; one not renewed in time ends the rollout).
     poll_digest: str | None = field(default=None, repr=False)
     poll_until: float | None = None
+    #: The status its polls were last answered (None: none yet, the 202's ``queued``).
+    poll_seen: str | None = None
     #: Why a cancel was asked, when not by a cancel request (``lease_expired``).
     cancel_reason: str | None = None
 

@@ -88,7 +88,8 @@ CREATE TABLE IF NOT EXISTS rollouts (
     state      TEXT NOT NULL,
     expires_at REAL NOT NULL,
     body       TEXT NOT NULL,
-    due_at     REAL
+    due_at     REAL,
+    poll_until REAL
 );
 CREATE INDEX IF NOT EXISTS rollouts_slot ON rollouts (slot);
 CREATE TABLE IF NOT EXISTS pass_leases (
@@ -101,16 +102,41 @@ CREATE TABLE IF NOT EXISTS pass_leases (
 _DUE_INDEX = """
 DROP INDEX IF EXISTS rollouts_state;
 CREATE INDEX IF NOT EXISTS rollouts_due ON rollouts (due_at, rollout_id) WHERE due_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS rollouts_polled ON rollouts (poll_until, rollout_id)
+    WHERE poll_until IS NOT NULL;
 """
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
-    """Bring a state folder written before the due index up to date: add the column, and give
-    every record still in flight its due time (as a store with an owner has it: see
-    :mod:`rollout_sdk.store.base`), so the restart sweep and the re-drive find it."""
+    """Bring a state folder written before the due index or the live index up to date."""
     columns = {row[1] for row in conn.execute("PRAGMA table_info(rollouts)")}
-    if "due_at" in columns:
-        return
+    if "due_at" not in columns:
+        _add_due_index(conn)
+    if "poll_until" not in columns:
+        _add_live_index(conn)
+
+
+def _add_live_index(conn: sqlite3.Connection) -> None:
+    """Add the live index's column, and fill it from each record still in flight (0.3.8
+    rollouts written before it: the lease check and cancel by prefix find them)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("ALTER TABLE rollouts ADD COLUMN poll_until REAL")
+        conn.execute(
+            "UPDATE rollouts SET poll_until = json_extract(body, '$.poll_until') "
+            "WHERE state IN (?, ?)",
+            (RecordState.ACCEPTED.value, RecordState.RUNNING.value),
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _add_due_index(conn: sqlite3.Connection) -> None:
+    """Add the due index's column, and give every record still in flight its due time (as a
+    store with an owner has it: see :mod:`rollout_sdk.store.base`), so the restart sweep and
+    the re-drive find it."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.execute("ALTER TABLE rollouts ADD COLUMN due_at REAL")
@@ -314,8 +340,9 @@ class _SQLiteTransaction:
         # Kept before the commit: if the transaction rolls back, the entry claims a text the file
         # does not hold, which the next read's comparison with the selected body catches.
         self.conn.execute(
-            "INSERT OR REPLACE INTO rollouts (rollout_id, slot, state, expires_at, body, due_at) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO rollouts "
+            "(rollout_id, slot, state, expires_at, body, due_at, poll_until) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
             (
                 record.rollout_id,
                 record.slot,
@@ -323,6 +350,7 @@ class _SQLiteTransaction:
                 record.expires_at,
                 self._encodings.encode(record),
                 record.due_at,
+                record.poll_until,
             ),
         )
 
@@ -649,6 +677,29 @@ class SQLiteStore(TransactionalStore):
         page = rows[:limit]
         cursor = (page[-1][0], page[-1][1]) if len(rows) > limit else None
         return DuePage([str(rid) for _, rid in page], cursor)
+
+    def _polled(self, ended_by: float, prefix: str, limit: int, after: DueCursor | None) -> DuePage:
+        start_at, start_id = after if after is not None else (float("-inf"), "")
+        with self._transaction() as txn:
+            rows = txn.conn.execute(
+                "SELECT poll_until, rollout_id FROM rollouts INDEXED BY rollouts_polled "
+                "WHERE poll_until IS NOT NULL AND poll_until < ? "
+                "AND substr(rollout_id, 1, ?) = ? AND (poll_until, rollout_id) > (?, ?) "
+                "ORDER BY poll_until, rollout_id LIMIT ?",
+                (ended_by, len(prefix), prefix, start_at, start_id, limit + 1),
+            ).fetchall()
+        page = rows[:limit]
+        cursor = (page[-1][0], page[-1][1]) if len(rows) > limit else None
+        return DuePage([str(rid) for _, rid in page], cursor)
+
+    def _count_live(self, now: float) -> int:
+        with self._transaction() as txn:
+            (count,) = txn.conn.execute(
+                "SELECT count(*) FROM rollouts INDEXED BY rollouts_polled "
+                "WHERE poll_until IS NOT NULL AND expires_at > ?",
+                (now,),
+            ).fetchone()
+        return int(count)
 
     def purge_expired(self, now: float) -> int:
         """Delete records whose TTL has passed; returns how many."""

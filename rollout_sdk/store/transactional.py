@@ -8,6 +8,7 @@ The port itself (the moves, the guard and the update they apply, the due index) 
 from __future__ import annotations
 
 import abc
+import math
 from contextlib import AbstractContextManager
 from typing import Protocol
 
@@ -70,6 +71,15 @@ class TransactionalStore(Store):
     def _due(self, until: float, limit: int, after: DueCursor | None) -> DuePage:
         """The due index's page (its cursor: the last entry's ``(due_at, rollout_id)``)."""
 
+    @abc.abstractmethod
+    def _polled(self, ended_by: float, prefix: str, limit: int, after: DueCursor | None) -> DuePage:
+        """The live index's page of leases ended before ``ended_by`` (``math.inf``: all), ids
+        starting with ``prefix`` (its cursor: the last entry's ``(poll_until, rollout_id)``)."""
+
+    @abc.abstractmethod
+    def _count_live(self, now: float) -> int:
+        """How many unexpired records the live index holds."""
+
     # ------------------------------------------------------------------ the transactions
 
     def _create(self, record: RolloutRecord, now: float, slot_until: int) -> CreateResult:
@@ -121,6 +131,19 @@ class TransactionalStore(Store):
         if after is None:
             self.purge_expired(now)
         return self._due(until, limit, after)
+
+    def _polled_page(
+        self,
+        now: float,
+        ended_by: float | None,
+        prefix: str,
+        limit: int,
+        after: DueCursor | None,
+    ) -> DuePage:
+        return self._polled(math.inf if ended_by is None else ended_by, prefix, limit, after)
+
+    def _count_polled(self, now: float) -> int:
+        return self._count_live(now)
 
     def _acquire_pass(self, name: str, holder: str, until: float, now: float) -> bool:
         with self._transaction() as txn:

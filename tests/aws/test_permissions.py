@@ -107,7 +107,14 @@ DURABLE = {"HandOff": "direct", "DurableWorker": "true"}
 DURABLE_POLICY = "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicDurableExecutionRolePolicy"
 BASIC_POLICY = "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"
 NO_KEY = object()  # an init body without api_key
-BACKFILL = {"backfill_due_index": True}  # the re-drive's one-off invocation after an upgrade
+BACKFILL = {"backfill_due_index": True}
+#: A deploy that serves an osmosis-ai 0.3.8 workflow beside the agent loop.
+WORKFLOW = {
+    "HandOff": "direct",
+    "Workflow": "tests.osmosis03.workflows:Scripted",
+    "Grader": "tests.osmosis03.workflows:ScriptedGrader",
+}
+LEASE_HEADER = "X-Osmosis-Rollout-Lease"  # the re-drive's one-off invocation after an upgrade
 
 # ---------------------------------------------------------------------- the SAM translation
 
@@ -157,6 +164,26 @@ def init_event(url: str, rollout_id: str, **changes: Any) -> Any:
         else:
             body[name] = value
     event["body"] = json.dumps(body)
+    return event
+
+
+def submit_event(url: str, rollout_id: str, **metadata: Any) -> Any:
+    """An osmosis-ai 0.3.8 submit (``POST /rollout``) as API Gateway delivers it."""
+    body = {
+        "rollout_id": rollout_id,
+        "initial_messages": [{"role": "user", "content": "what is 2 + 3?"}],
+        "chat_completions_url": f"{url}/v1",
+        "llm_api_key": CALLBACK_KEY,
+        "label": "5",
+        "metadata": metadata,
+    }
+    return body_event("POST", "/rollout", body)
+
+
+def body_event(method: str, path: str, body: Any, headers: dict[str, str] | None = None) -> Any:
+    event = path_event(method, path)
+    event["body"] = json.dumps(body)
+    event["headers"] = {**event["headers"], **(headers or {})}
     return event
 
 
@@ -654,6 +681,49 @@ def durable_paths(rig: Rig) -> None:
     assert None not in names and {execution_name("u-started"), execution_name(rid)} <= names
 
 
+def workflow_paths(rig: Rig) -> None:
+    """A deploy with a Workflow: 0.3.8's submit, poll, cancel (by ids, prefix and all, the
+    latter two from the live index), /health's count, and a lease that ran out found by the
+    next poll and by the re-drive's pass."""
+    scenario(rig, "0.3.8: submit, poll, the worker, a graded result")
+    submitted = rig.call("ApiFunction", submit_event(rig.url, "w-graded"))
+    assert submitted.result["statusCode"] == 202, submitted.result
+    token = json.loads(submitted.result["body"])["polling_lease_token"]
+    rig.run_worker(submitted)
+    poll = path_event("GET", "/rollout/w-graded/result")
+    poll["headers"] = {**poll["headers"], LEASE_HEADER: token}
+    answer = rig.call("ApiFunction", poll).result
+    assert json.loads(answer["body"])["status"] == "success", answer
+
+    scenario(rig, "0.3.8: cancel by ids, prefix and all; /health counts the live ones")
+    jobs = {}
+    for rid in ("w-ids", "w-prefix-1", "w-all"):
+        jobs[rid] = rig.call("ApiFunction", submit_event(rig.url, rid))
+    health = rig.call("ApiFunction", load_event(EVENTS / "health.json")).result
+    assert json.loads(health["body"])["lifecycle"]["active_rollouts"] == 3, health
+    for selector in ({"ids": ["w-ids"]}, {"prefix": "w-prefix-"}, {"all": True}):
+        cancelled = rig.call("ApiFunction", body_event("POST", "/rollout/cancel", selector))
+        assert cancelled.result["statusCode"] == 200, cancelled.result
+    for job in jobs.values():
+        rig.run_worker(job)  # each finds its cancel before it starts
+    assert rig.record("w-all").state.value == "DELIVERED"
+
+    scenario(rig, "0.3.8: a lease that ran out, found by the next poll")
+    late = rig.call("ApiFunction", submit_event(rig.url, "w-late-poll"))
+    late_token = json.loads(late.result["body"])["polling_lease_token"]
+    rig.rewrite("w-late-poll", poll_until=time.time() - 1)
+    poll = path_event("GET", "/rollout/w-late-poll/result")
+    poll["headers"] = {**poll["headers"], LEASE_HEADER: late_token}
+    answer = rig.call("ApiFunction", poll).result
+    assert json.loads(answer["body"])["err_category"] == "lease_expired", answer
+
+    scenario(rig, "0.3.8: a lease that ran out, found by the re-drive")
+    rig.call("ApiFunction", submit_event(rig.url, "w-late-redrive"))
+    rig.rewrite("w-late-redrive", poll_until=time.time() - 1)
+    assert rig.redrive()["leases_expired"] == 1
+    assert rig.record("w-late-redrive").cancel_reason == "lease_expired"
+
+
 def given_secret_paths(rig: Rig) -> None:
     scenario(rig, "server key, given secret")
     rig.call("ApiFunction", load_event(EVENTS / "platform-health.json"))
@@ -796,6 +866,7 @@ def recording(moto_endpoint: str) -> Iterator[Recording]:
         ("direct, given secret", {"HandOff": "direct"}, given_secret_paths),
         ("direct, backfill", {"HandOff": "direct", "BackfillDueIndex": "true"}, backfill_paths),
         ("durable", DURABLE, durable_paths),
+        ("workflow", WORKFLOW, workflow_paths),
     ]
     with recorded_clients(recorder) as mp, ServerThread(traingate.app) as server:
         for mode, parameters, paths in sets:

@@ -5,7 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from rollout_sdk.local.emulator import load_template, ttl_attribute
-from rollout_sdk.store.dynamodb import DUE_INDEX, DUE_PARTITION, DUE_SORT, TTL_ATTRIBUTE
+from rollout_sdk.store.dynamodb import (
+    DUE_INDEX,
+    DUE_PARTITION,
+    DUE_SORT,
+    LIVE_INDEX,
+    LIVE_PARTITION,
+    LIVE_SORT,
+    TTL_ATTRIBUTE,
+)
 from rollout_sdk.store.record import MAX_HANDOFF_WAIT_SECONDS, RolloutRecord
 
 from .conftest import ROOT
@@ -20,8 +28,9 @@ def test_the_templates_ttl_attribute_is_the_records_expiry_the_store_writes() ->
 def test_the_templates_due_index_is_the_one_the_store_queries() -> None:
     template = load_template(ROOT / "template.yaml")
     props = template["Resources"]["RolloutTable"]["Properties"]
-    (index,) = props["GlobalSecondaryIndexes"]
-    assert index["IndexName"] == DUE_INDEX
+    indexes = {index["IndexName"]: index for index in props["GlobalSecondaryIndexes"]}
+    assert indexes.keys() == {DUE_INDEX, LIVE_INDEX}
+    index = indexes[DUE_INDEX]
     keys = {k["KeyType"]: k["AttributeName"] for k in index["KeySchema"]}
     assert keys == {"HASH": DUE_PARTITION, "RANGE": DUE_SORT}
     types = {a["AttributeName"]: a["AttributeType"] for a in props["AttributeDefinitions"]}
@@ -46,6 +55,20 @@ def test_the_templates_due_index_is_the_one_the_store_queries() -> None:
     assert template["Conditions"]["GrantBackfillScan"] == {
         "Fn::Equals": [{"Ref": "BackfillDueIndex"}, "true"]
     }
+
+
+def test_the_templates_live_index_is_the_one_the_store_queries() -> None:
+    template = load_template(ROOT / "template.yaml")
+    props = template["Resources"]["RolloutTable"]["Properties"]
+    (index,) = [i for i in props["GlobalSecondaryIndexes"] if i["IndexName"] == LIVE_INDEX]
+    keys = {k["KeyType"]: k["AttributeName"] for k in index["KeySchema"]}
+    assert keys == {"HASH": LIVE_PARTITION, "RANGE": LIVE_SORT}
+    types = {a["AttributeName"]: a["AttributeType"] for a in props["AttributeDefinitions"]}
+    assert (types[LIVE_PARTITION], types[LIVE_SORT]) == ("S", "N")
+    assert index["Projection"] == {"ProjectionType": "KEYS_ONLY"}
+    # Both keys are the record's own fields, stored under their names by the codec: a record
+    # is in the index exactly while it holds a polling lease.
+    assert {LIVE_PARTITION, LIVE_SORT} <= RolloutRecord.__dataclass_fields__.keys()
 
 
 def test_the_longest_hand_off_wait_is_the_templates() -> None:

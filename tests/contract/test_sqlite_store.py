@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 from contextlib import closing
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from rollout_sdk.errors import StoreError
+from rollout_sdk.store.record import PROTOCOL_OSMOSIS03, RecordState
 from rollout_sdk.store.sqlite import SQLiteStore
 
 from .records import NOW, TTL, claim, make_record
@@ -84,3 +86,36 @@ async def test_purge_expired(tmp_path: Path) -> None:
 async def test_unopenable_path_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="cannot open the SQLite store"):
         SQLiteStore(tmp_path)  # a directory, not a database file
+
+
+async def test_a_state_folder_from_before_the_live_index_lists_its_pulled_rollouts(
+    tmp_path: Path,
+) -> None:
+    """A folder whose table has no poll_until column (written before the live index) gets it,
+    filled from each record in flight, so cancel by prefix and the lease check find them."""
+    path = tmp_path / "old" / "rollouts.sqlite3"
+    path.parent.mkdir()
+    pulled = make_record("old-pulled").evolve(protocol=PROTOCOL_OSMOSIS03, poll_until=NOW + 60)
+    ended = pulled.evolve(rollout_id="old-ended", slot="s-ended", state=RecordState.DELIVERED)
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "CREATE TABLE rollouts (rollout_id TEXT PRIMARY KEY, slot TEXT NOT NULL, "
+            "state TEXT NOT NULL, expires_at REAL NOT NULL, body TEXT NOT NULL, due_at REAL)"
+        )
+        for record in (pulled, ended):
+            conn.execute(
+                "INSERT INTO rollouts VALUES (?, ?, ?, ?, ?, NULL)",
+                (
+                    record.rollout_id,
+                    record.slot,
+                    record.state.value,
+                    record.expires_at,
+                    json.dumps(record.to_dict()),
+                ),
+            )
+    store = SQLiteStore(path)
+    try:
+        assert (await store.polled(now=NOW)).rollout_ids == ["old-pulled"]
+        assert await store.count_polled(now=NOW) == 1
+    finally:
+        await store.close()

@@ -26,6 +26,7 @@ from rollout_sdk.osmosis03 import (
     RolloutSample,
     RolloutStatus,
 )
+from rollout_sdk.osmosis03.types import POLLING_LEASE_HEADER
 from rollout_sdk.settings import load_settings
 from rollout_sdk.store.memory import MemoryStore
 from rollout_sdk.store.record import PROTOCOL_OSMOSIS03, RecordState
@@ -259,9 +260,54 @@ class _OneFails(MemoryStore):
 
 
 async def test_the_lease_watch_goes_on_when_one_record_fails() -> None:
-    async for _, services in _app(EchoAgent(), store=_OneFails()):
-        watch = services.osmosis03
-        watch.live.update({"broken-1": 0.0, "gone-1": 0.0})
-        assert await watch.check_leases() == 0
-        assert "gone-1" not in watch.live  # the other was looked at, and forgotten
-        assert "broken-1" in watch.live  # kept, for the next pass
+    store = _OneFails()
+    async for _, services in _app(EchoAgent(), store=store):
+        now = services.engine.clock()
+        for rollout_id in ("broken-1", "ran-out-1"):
+            record = accepted_record(rollout_id, now=now - 300).evolve(
+                protocol=PROTOCOL_OSMOSIS03, poll_until=now - 100
+            )
+            assert (await store.create(record, now=now - 300)).created
+        leases = services.osmosis03.leases
+        assert await leases.check_leases() == 1  # the other was looked at, and ended
+        ended = await store.get("ran-out-1", now=now)
+        assert ended is not None and ended.cancel_reason == "lease_expired"
+        # The one that failed is still in the index, for the next pass.
+        assert "broken-1" in (await store.polled(now=now, ended_by=now)).rollout_ids
+
+
+async def test_a_chat_completions_url_the_policy_refuses_is_422_naming_it_and_stores_nothing() -> (
+    None
+):
+    async for http, services in _app(EchoAgent()):
+        body = {**_submit("meta-1"), "chat_completions_url": "http://169.254.169.254/v1"}
+        answer = await http.post("/rollout", json=body, headers=AUTH)
+        assert answer.status_code == 422
+        (problem,) = answer.json()["detail"]
+        assert problem["loc"] == ["body", "chat_completions_url"]
+        assert "169.254.169.254" in problem["msg"]
+        assert await services.store.get("meta-1", now=0) is None
+
+
+async def test_a_submit_past_the_live_limit_is_429_with_retry_after_and_stores_nothing() -> None:
+    async for http, services in _app(EchoAgent(), kit={"osmosis03_max_live_rollouts": 2}):
+        tokens = {}
+        for rollout_id in ("live-1", "live-2"):
+            submitted = await http.post("/rollout", json=_submit(rollout_id), headers=AUTH)
+            tokens[rollout_id] = submitted.json()["polling_lease_token"]
+        answer = await http.post("/rollout", json=_submit("live-3"), headers=AUTH)
+        assert answer.status_code == 429
+        assert answer.headers["Retry-After"] == "2"
+        assert "ROLLOUT_SDK_OSMOSIS03_MAX_LIVE_ROLLOUTS" in answer.json()["detail"]
+        assert await services.store.get("live-3", now=0) is None
+        # A rollout that ends makes room again.
+        cancelled = await http.post("/rollout/cancel", json={"ids": ["live-1"]}, headers=AUTH)
+        assert cancelled.json()["dispositions"] == {"live-1": "cancelled_running"}
+        lease = {**AUTH, POLLING_LEASE_HEADER: tokens["live-1"]}
+        while (await http.get("/rollout/live-1/result", headers=lease)).json()["status"] in (
+            "queued",
+            "running",
+        ):
+            pass  # each poll waits (on the worker's pulse) for the next change
+        assert await services.store.count_polled(now=services.engine.clock()) == 1
+        assert (await http.post("/rollout", json=_submit("live-3"), headers=AUTH)).is_success
