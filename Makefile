@@ -247,6 +247,9 @@ build-DurableSdkLayer:
 build-ApiFunction:
 	$(function_artifact)
 
+build-PollFunction:
+	$(function_artifact)
+
 build-WorkerFunction:
 	$(function_artifact)
 
@@ -273,12 +276,15 @@ $(SAM_VENV)/.installed: infra/requirements-sam.txt
 
 # sam validate --lint, and cfn-lint on the template as the SAM translator expands it (which
 # catches SAM-level values such as a Timeout over 900 that the first check cannot see), with
-# DurableWorker off (the default) and on (its function exists only then).
+# DurableWorker off (the default) and on (its function exists only then), and with a Workflow
+# (PollFunction exists only then).
 template-check: $(SAM_VENV)/.installed
 	$(SAM_ENV) $(SAM) validate --lint --template template.yaml
 	$(SAM_ENV) $(SAM_VENV)/bin/python infra/transform.py template.yaml > .aws-sam-transformed.json
 	$(SAM_ENV) $(SAM_VENV)/bin/cfn-lint .aws-sam-transformed.json
 	$(SAM_ENV) $(SAM_VENV)/bin/python infra/transform.py template.yaml --parameter DurableWorker=true > .aws-sam-transformed.json
+	$(SAM_ENV) $(SAM_VENV)/bin/cfn-lint .aws-sam-transformed.json
+	$(SAM_ENV) $(SAM_VENV)/bin/python infra/transform.py template.yaml --parameter Workflow=examples.osmosis03.workflow:AnswerWorkflow > .aws-sam-transformed.json
 	$(SAM_ENV) $(SAM_VENV)/bin/cfn-lint .aws-sam-transformed.json
 	@rm -f .aws-sam-transformed.json
 
@@ -293,4 +299,4 @@ build-lambda: $(SAM_VENV)/.installed
 package: $(STAMP) build-lambda
 	$(BIN)/python -m bench.package --build-dir .aws-sam/build --python python$(LAMBDA_PYTHON)
 
-.PHONY: package build-DependenciesLayer build-DurableSdkLayer build-ApiFunction build-WorkerFunction build-DurableWorkerFunction build-WorkerFailureFunction build-RedriveFunction build-QueueWorkerFunction build-DeadLetterFunction template-check build-lambda
+.PHONY: package build-DependenciesLayer build-DurableSdkLayer build-ApiFunction build-PollFunction build-WorkerFunction build-DurableWorkerFunction build-WorkerFailureFunction build-RedriveFunction build-QueueWorkerFunction build-DeadLetterFunction template-check build-lambda

@@ -69,6 +69,8 @@ def entry_point(function: LambdaFunction) -> Handler:
 
 #: API function: init, health and platform health through Mangum.
 api = entry_point(LambdaFunction.API)
+#: Poll function (with a Workflow): osmosis-ai 0.3.8's result polls, the same app.
+poll = entry_point(LambdaFunction.POLL)
 #: Worker function: run one rollout and call TrainGate back.
 worker = entry_point(LambdaFunction.WORKER)
 #: Durable worker function (DurableWorker=true): one rollout as a durable execution, across

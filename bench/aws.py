@@ -437,15 +437,19 @@ def cold_child(
     return out
 
 
-def entry_variables(template: dict[str, Any], resources: Any) -> dict[str, dict[str, str]]:
-    """The API's and the worker's variables as the template sets them against ``resources``,
-    with ``_HANDLER`` as Lambda sets it (handler.py imports that entry point's module at once)."""
+def entry_variables(
+    template: dict[str, Any], resources: Any, overrides: dict[str, str] | None = None
+) -> dict[str, dict[str, str]]:
+    """The API's and the worker's variables as the template sets them against ``resources``
+    (deployed with ``overrides``), with ``_HANDLER`` as Lambda sets it (handler.py imports that
+    entry point's module at once)."""
     from rollout_sdk.local.invoke import function_environment
     from rollout_sdk.testing.standin import LOOPBACK_TRAINGATE
 
+    parameters = {**LOOPBACK_TRAINGATE, **(overrides or {})}
     return {
         kind: {
-            **function_environment(template, logical, resources, LOOPBACK_TRAINGATE),
+            **function_environment(template, logical, resources, parameters),
             "_HANDLER": f"handler.{kind}",
         }
         for kind, logical in (("api", "ApiFunction"), ("worker", "WorkerFunction"))
@@ -476,10 +480,17 @@ def cold_round(
     return bare, api, worker
 
 
-def cold_start(runs: int, python_name: str = "python3.13", *, build: bool = True) -> dict[str, Any]:
+def cold_start(
+    runs: int,
+    python_name: str = "python3.13",
+    *,
+    build: bool = True,
+    overrides: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """``runs`` rounds (after one warm-up round) of the bare import, the API's first 202 and the
     worker's first chat call, each in the three :data:`COLD_MODES`, on ``python_name`` with the
-    Lambda artifact. ``not_measured`` says why nothing was."""
+    Lambda artifact, deployed with the template parameters ``overrides``. ``not_measured`` says
+    why nothing was."""
     from bench.package import runtime_boto3
     from rollout_sdk.local.emulator import EmbeddedMoto, load_template
 
@@ -496,6 +507,7 @@ def cold_start(runs: int, python_name: str = "python3.13", *, build: bool = True
         "first_chat": "stamped by the TrainGate stand-in (in the bench process) when the "
         "worker's first chat request arrives",
         "modes": dict(COLD_MODES),
+        "parameters": dict(overrides or {}),
     }
     if "error" in artifact:
         return {**report, "not_measured": artifact["error"], "failures": []}
@@ -512,7 +524,7 @@ def cold_start(runs: int, python_name: str = "python3.13", *, build: bool = True
         workdir = Path(tmp)
         folders = mode_folders(lambda_artifact(), boto3_dir, workdir)
         resources = provision_stack(moto.endpoint_url, "bench-cold")
-        variables = entry_variables(template, resources)
+        variables = entry_variables(template, resources, overrides)
         modes = list(COLD_MODES)
         for i in range(runs + 1):
             for mode in modes[i % len(modes) :] + modes[: i % len(modes)]:
@@ -724,11 +736,26 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="coldstart: report a missing or stale artifact instead of building it",
     )
+    parser.add_argument(
+        "--parameter-overrides",
+        metavar="NAME=VALUE",
+        nargs="+",
+        default=[],
+        help="coldstart: template parameters of the deploy measured, e.g. "
+        "Workflow=examples.osmosis03.workflow:AnswerWorkflow (its API loads the 0.3.8 modules)",
+    )
     args = parser.parse_args(argv)
     if args.what == "requests":
         emit_result(count_requests(args.runs))
         return 0
-    result = cold_start(args.runs, args.python, build=not args.no_build)
+    from rollout_sdk.local.invoke import parse_overrides
+
+    result = cold_start(
+        args.runs,
+        args.python,
+        build=not args.no_build,
+        overrides=parse_overrides(args.parameter_overrides),
+    )
     figures = cold_start_figures(result)
     for line in cold_start_lines(figures):
         print(line, file=sys.stderr)

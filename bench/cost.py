@@ -21,7 +21,11 @@ from typing import Any
 
 from rollout_sdk.aws.durable import MIN_TURN_RESERVE_SECONDS
 from rollout_sdk.aws.metering import QUEUE_REQUESTS_PER_BATCH
-from rollout_sdk.aws.runtime import DURABLE_RETENTION_DAYS
+from rollout_sdk.aws.runtime import (
+    DURABLE_RETENTION_DAYS,
+    LAMBDA_POLL_RECHECK_SECONDS,
+    LAMBDA_RESULT_WAIT_SECONDS,
+)
 from rollout_sdk.cost.usage import CostEstimate, LambdaPart, Usage
 from rollout_sdk.prices import MONTH_SECONDS, PRICE_TABLE, PRICES_READ, effective_prices
 from rollout_sdk.protocol import InitResponse, RolloutRequest, RolloutResponse, RolloutStatus
@@ -324,6 +328,7 @@ def render(
         "",
         *per_rollout_section(),
         *(durable_section(measured, durable) if durable is not None else []),
+        *poll_section(),
     ]
     return "\n".join(lines)
 
@@ -657,6 +662,126 @@ def durable_section(measured: dict[str, Any], durable: dict[str, Any]) -> list[s
         f"in {longest.invocations} invocations. Fewer, longer",
         "invocations keep them down (`WorkerTimeout` 900 s, the longest, is the default); the",
         "durable worker is for rollouts that outlast an invocation, or must survive one ending.",
+        "",
+    ]
+    return lines
+
+
+#: A running 0.3.8 rollout's record as the table holds it (a prompt of a few messages).
+POLLED_PROMPT = [{"role": "user", "content": "What is 17 * 23? Answer with the number."}] * 3
+#: The template's MaxLiveRollouts default, and a new account's Lambda concurrency.
+MAX_LIVE_ROLLOUTS = 400
+ACCOUNT_CONCURRENCY = 1000
+
+
+def polled_record_kb() -> float:
+    """The encoded size of a running 0.3.8 rollout's record (what a poll reads and renews)."""
+    from rollout_sdk.store.record import PROTOCOL_OSMOSIS03, idempotency_slot_for
+
+    store = DynamoDBStore("bench", client=None)  # type: ignore[arg-type]  # encoding only
+    request = {
+        "rollout_id": "r" * 36,
+        "initial_messages": POLLED_PROMPT,
+        "chat_completions_url": "https://trainer.example.com/v1",
+        "label": "391",
+        "metadata": {"dataset": "arithmetic", "index": 12345},
+        "grade": True,
+    }
+    record = RolloutRecord(
+        rollout_id="r" * 36,
+        slot=idempotency_slot_for("r" * 36),
+        fingerprint="f" * 64,
+        request=request,
+        init_response={"status": "queued", "result_wait_timeout_sec": 20.0},
+        state=RecordState.RUNNING,
+        attempt=1,
+        lease_until=time.time() + 60,
+        created_at=time.time(),
+        updated_at=time.time(),
+        expires_at=int(time.time()) + 86400,
+        protocol=PROTOCOL_OSMOSIS03,
+        poll_digest="d" * 64,
+        poll_until=time.time() + 120,
+        poll_seen="running",
+    )
+    return _item_kb(store, record)
+
+
+def poll_memory_mb() -> int:
+    """The poll function's memory as template.yaml deploys it (PollMemorySize's default)."""
+    from rollout_sdk.local.emulator import load_template
+
+    return int(load_template(ROOT / "template.yaml")["Parameters"]["PollMemorySize"]["Default"])
+
+
+def poll_section() -> list[str]:
+    """docs/cost.md's "osmosis-ai 0.3.8 result polls": their Lambda concurrency and what a
+    rollout-minute of polling costs."""
+    wait, recheck = LAMBDA_RESULT_WAIT_SECONDS, LAMBDA_POLL_RECHECK_SECONDS
+    memory = poll_memory_mb()
+    kb = polled_record_kb()
+    read_units = math.ceil(kb / 4)  # a consistent read: a unit per 4 KB
+    write_units = math.ceil(kb)  # a unit per KB of the larger of the old and new item
+    polls = 60 / wait
+    reads = 1 + math.floor(wait / recheck)
+    rows = []
+    for arch in ("arm64", "x86_64"):
+        parts = {
+            "poll function (GB-s)": 60 * memory / 1024 * PRICES[f"lambda_gb_second_{arch}"],
+            "Lambda requests": polls * PRICES["lambda_request"],
+            "HTTP API requests": polls * PRICES["http_api_request"],
+            "DynamoDB reads": polls * reads * read_units * PRICES["dynamodb_read_unit"],
+            "DynamoDB writes (renewal, live index)": polls
+            * (write_units + 1)
+            * PRICES["dynamodb_write_unit"],
+        }
+        rows.append((arch, parts))
+    lines = [
+        "## osmosis-ai 0.3.8 result polls",
+        "",
+        "A deploy with a `Workflow` also serves 0.3.8's `GET /rollout/{id}/result`, which the",
+        "trainer's `RolloutClient` keeps open for each rollout in flight: each poll waits up to",
+        f"{wait:g} s for the rollout's status to change (its `result_wait_timeout_sec`; API",
+        "Gateway cuts a request at 30 s, docs/aws.md says why 20), then the client polls again at",
+        "once. On Lambda nothing wakes a waiting poll (the worker runs in another function), so",
+        f"it reads the record every {recheck:g} s: a poll makes one read and one renewal of the",
+        f"polling lease (a write, and one to the live index), then at most {reads - 1} reads, and",
+        "one more write when it answers a new status.",
+        "",
+        "Polls go to a function of their own, `PollFunction` (API Gateway's route",
+        "`GET /rollout/{rollout_id}/result`, the same code as the API function's), sized for",
+        f"waiting: `PollMemorySize` {memory} MB, as a poll does almost nothing while it waits.",
+        "",
+        "**Concurrency.** A waiting poll holds a poll function instance for its whole wait, so a",
+        "0.3.8 rollout in flight holds two instances: its worker, and its poll. At the",
+        f"template's `MaxLiveRollouts` {MAX_LIVE_ROLLOUTS} that is {2 * MAX_LIVE_ROLLOUTS} of a new",
+        f"account's {ACCOUNT_CONCURRENCY:,}; a submit past it is answered 429 with `Retry-After`,",
+        "which the client waits out. Past the account's limit Lambda throttles, and API Gateway",
+        "answers a throttled request 500, which 0.3.8's client does not retry for a poll (it",
+        "retries 502, 503 and 504): raise `MaxLiveRollouts` only with the account's limit.",
+        "",
+        f"**Cost per rollout-minute polled** ({memory} MB, {polls:g} polls a minute, a running",
+        f"record of {kb:.1f} KB: {read_units} read unit a read, {write_units} write unit a renewal",
+        "and 1 for the live index), per million rollout-minutes:",
+        "",
+        "| item | arm64 | x86_64 |",
+        "|---|---|---|",
+    ]
+    for item in rows[0][1]:
+        lines.append(
+            f"| {item} | ${rows[0][1][item] * 1e6:,.2f} | ${rows[1][1][item] * 1e6:,.2f} |"
+        )
+    totals = [sum(parts.values()) * 1e6 for _, parts in rows]
+    lines += [
+        f"| **total** | **${totals[0]:,.2f}** | **${totals[1]:,.2f}** |",
+        "",
+        "The poll function's time is nearly all of it: beside the worker's own while it waits on",
+        f"the model ({MEMORY_MB} MB the whole minute), polling adds {memory / MEMORY_MB:.0%} to a 0.3.8",
+        f"rollout's Lambda GB-seconds ({memory / MEMORY_MB:.0%} of what they would cost on the API",
+        f"function's {MEMORY_MB} MB). Less memory saves more and slows the poll function's cold start (Lambda",
+        "gives CPU in proportion to memory; a cold start must fit in the 9 s the wait leaves).",
+        "The per-rollout estimate (`extra_fields.rollout_sdk.cost`) does not carry the polls: they",
+        "run in invocations of their own, for as long as the trainer polls.",
         "",
     ]
     return lines

@@ -43,11 +43,18 @@ GOAL_BYTES = 25_000_000
 #: layer's own, 30 MB, for botocore (21 MB, its data whole but for documentation examples: an
 #: agent's own clients may call any service), boto3 and the SDK; Lambda's own limit is 250 MB.
 DURABLE_GOAL_BYTES = GOAL_BYTES + 30_000_000
+#: A deploy that serves an osmosis-ai 0.3.8 workflow (the poll function exists only then; it is
+#: checked with the workflow loaded, as it runs).
+WORKFLOW = {
+    "Workflow": "examples.osmosis03.workflow:AnswerWorkflow",
+    "Grader": "examples.osmosis03.workflow:ContainsLabel",
+}
 #: The template parameters of each deploy set checked (the functions and layers it deploys).
 DEPLOY_SETS: dict[str, dict[str, str]] = {
     "default": {},
     "HandOff=queue": {"HandOff": "queue"},
     "DurableWorker=true": {"DurableWorker": "true"},
+    "Workflow": dict(WORKFLOW),
 }
 #: What a fresh process prints when it exits: how many modules it compiled from source (none,
 #: when the artifact's bytecode is complete and valid for the runtime's Python).
@@ -196,6 +203,15 @@ def lambda_env(artifact: Artifact, boto3_dir: Path) -> dict[str, str]:
         **FAKE_AWS,
         "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
         "AWS_MAX_ATTEMPTS": "1",
+        # As template.yaml sets them with a Workflow.
+        **(
+            {
+                **{name.upper(): value for name, value in WORKFLOW.items()},
+                "ROLLOUT_SDK_OSMOSIS03_RESULT_WAIT_SECONDS": "20",
+            }
+            if artifact.name == "PollFunction"
+            else {}
+        ),
     }
 
 

@@ -31,6 +31,10 @@ Message = dict[str, Any]
 #: category, its cost estimate).
 EXTRA_KEY = "rollout_sdk"
 
+#: How ``/health``'s ``protocols`` names the wires a server answers (``rollout-sdk register``
+#: reads it): v1's remote-rollout protocol, and osmosis-ai 0.3.8's rollout API.
+PROTOCOL_NAMES = {"v1": "v1", "osmosis03": "osmosis-ai 0.3.8"}
+
 #: Default limit on ``RolloutRequest.metadata`` (UTF-8 JSON bytes); see settings.
 DEFAULT_MAX_METADATA_SIZE_BYTES = 1024 * 1024
 

@@ -39,9 +39,13 @@ class FunctionNames:
 
 
 class LambdaFunction(Enum):
-    """The functions of ``template.yaml`` (the durable worker only with DurableWorker=true)."""
+    """The functions of ``template.yaml`` (the durable worker only with DurableWorker=true, the
+    poll function only with a Workflow)."""
 
     API = FunctionNames("ApiFunction", "api", "api", "api", "api", "api")
+    #: With a Workflow: osmosis-ai 0.3.8's result polls, which wait, on a function sized for
+    #: waiting (the same app as the API function's).
+    POLL = FunctionNames("PollFunction", "poll", "poll", "poll", "poll", "poll")
     WORKER = FunctionNames(
         "WorkerFunction", "worker", "worker", "worker", "worker", "worker", "direct"
     )

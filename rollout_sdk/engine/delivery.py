@@ -113,7 +113,11 @@ class Delivery(Wiring):
             record
         )  # the rollout's cost so far, written by the move (AWS only)
         if result.delivered:
-            logger.info("callback delivered", extra={"rollout_id": rollout_id})
+            pulled = record.protocol == PROTOCOL_OSMOSIS03
+            logger.info(
+                "result published for polls" if pulled else "callback delivered",
+                extra={"rollout_id": rollout_id},
+            )
             moved = await self.store.deliver(
                 rollout_id,
                 attempt=attempt,

@@ -1,6 +1,6 @@
 """The v1 side of a server that serves only an osmosis-ai 0.3.8 workflow (``rollout-sdk serve
 --workflow`` without ``--agent``). A module of its own, light: init checks for it on every v1
-init, and the 0.3.8 modules are loaded only where a workflow is served (never on Lambda yet)."""
+init, and the 0.3.8 modules are loaded only where a workflow is served."""
 
 from __future__ import annotations
 

@@ -30,6 +30,7 @@ from rollout_sdk.agent.validation import validate_agent_loop
 from rollout_sdk.dispatch.base import Dispatcher
 from rollout_sdk.dispatch.inprocess import InProcessDispatcher
 from rollout_sdk.engine.assembly import DispatcherFor, Engine
+from rollout_sdk.engine.no_v1 import NoV1AgentLoop
 from rollout_sdk.engine.service import RolloutService, record_status
 from rollout_sdk.engine.worker import RolloutWorker
 from rollout_sdk.errors import ConfigurationError
@@ -38,7 +39,7 @@ from rollout_sdk.http.auth import KeyProvider, ServerKeyMiddleware
 from rollout_sdk.http.body_limits import InitBodyLimits
 from rollout_sdk.http.init_route import LeanInitRoute
 from rollout_sdk.http.problems import install_problem_handlers
-from rollout_sdk.protocol import InitResponse, RolloutRequest, build_models
+from rollout_sdk.protocol import PROTOCOL_NAMES, InitResponse, RolloutRequest, build_models
 from rollout_sdk.settings import RolloutSettings, get_settings
 from rollout_sdk.store.base import Store
 from rollout_sdk.store.memory import MemoryStore
@@ -197,6 +198,11 @@ def _add_routes(
         return await service.init(request)
 
     workflows = services.engine.workflows
+    # Which wires this server answers: v1's unless it serves a 0.3.8 workflow alone.
+    protocols = [
+        *([] if isinstance(agent_loop, NoV1AgentLoop) else [PROTOCOL_NAMES["v1"]]),
+        *([] if workflows is None else [PROTOCOL_NAMES["osmosis03"]]),
+    ]
 
     async def health_body() -> dict[str, Any]:
         # One answer for both protocols' clients: v1's fields, and osmosis-ai 0.3.8's identity
@@ -212,6 +218,7 @@ def _add_routes(
             "process_id": services.process_id,
             "lifecycle": {"accepting_rollouts": lifecycle.accepting, "active_rollouts": active},
         }
+        body["protocols"] = protocols
         if workflows is not None:
             body["workflow"] = workflows.name
             body["grader"] = workflows.grader_name

@@ -209,6 +209,37 @@ def load(template_path: str | Path) -> dict[str, Any]:
     return load_template(template_path)
 
 
+def parse_overrides(pairs: list[str]) -> dict[str, str]:
+    """``NAME=VALUE`` tokens (as ``sam deploy --parameter-overrides`` takes them, each token
+    possibly holding several separated by spaces) as a dict; ConfigurationError naming a token
+    without ``=``."""
+    overrides: dict[str, str] = {}
+    for token in (t for pair in pairs for t in pair.split()):
+        name, equals, value = token.partition("=")
+        if not equals or not name:
+            raise ConfigurationError(
+                f"--parameter-overrides {token!r}: give NAME=VALUE, e.g. "
+                "Workflow=my_agent.workflow:MyWorkflow"
+            )
+        overrides[name] = value
+    return overrides
+
+
+def load_env_vars(path: str | Path) -> dict[str, dict[str, str]]:
+    """An ``--env-vars`` file, as sam local reads one: ``{"Parameters": {NAME: VALUE}}`` for
+    every function, ``{LOGICAL_ID: {NAME: VALUE}}`` for one. ConfigurationError naming the file
+    and what is wrong."""
+    data = load_event(path)
+    if not isinstance(data, dict) or not all(
+        isinstance(k, str) and isinstance(v, dict) for k, v in data.items()
+    ):
+        raise ConfigurationError(
+            f"--env-vars {path}: give a JSON object of objects, e.g. "
+            '{"Parameters": {"LOG_LEVEL": "DEBUG"}, "ApiFunction": {...}}'
+        )
+    return {scope: {str(k): str(v) for k, v in values.items()} for scope, values in data.items()}
+
+
 def template_agent(template: dict[str, Any], given: str | None) -> str:
     """The agent loop to run: ``given``, else the template's AgentLoop parameter default."""
     return given or str(template.get("Parameters", {}).get("AgentLoop", {}).get("Default"))

@@ -20,6 +20,7 @@ import httpx
 
 from rollout_sdk.errors import RegisterError
 from rollout_sdk.hosts import redact_url
+from rollout_sdk.protocol import PROTOCOL_NAMES
 from rollout_sdk.settings import DEFAULT_PLATFORM_URL
 
 REGISTER_PATH = "/api/cli/rollout-server/register"
@@ -91,6 +92,23 @@ def check_health(target: Target, server_key: str, *, client: httpx.Client) -> di
     return body
 
 
+def served(health: dict[str, Any]) -> str:
+    """The wires ``health`` (a ``/health`` body) says its server answers, in words."""
+    protocols = health.get("protocols")
+    if protocols is None:  # a server from before the field: v1 only
+        return "v1 (POST /v1/rollout/init)"
+    parts = []
+    if PROTOCOL_NAMES["v1"] in protocols:
+        parts.append(f"v1 (POST /v1/rollout/init, agent loop {health.get('agent_loop')!r})")
+    if PROTOCOL_NAMES["osmosis03"] in protocols:
+        grader = health.get("grader")
+        parts.append(
+            f"osmosis-ai 0.3.8 (POST /rollout, workflow {health.get('workflow')!r}"
+            + (f", grader {grader!r})" if grader else ", no grader)")
+        )
+    return " and ".join(parts) or "nothing"
+
+
 def register(
     *,
     url: str,
@@ -111,6 +129,15 @@ def register(
         echo(f"checking GET {target.base_url}/platform/health (server key {mask(server_key)})")
         health = check_health(target, server_key, client=client)
         echo(f"  healthy: agent loop {health['agent_loop']!r}")
+        echo(f"  serves: {served(health)}")
+        if "protocols" in health and PROTOCOL_NAMES["v1"] not in health["protocols"]:
+            raise RegisterError(
+                f"{target.base_url} serves osmosis-ai 0.3.8 only ({served(health)}); the "
+                "platform registers v1 rollout servers, which TrainGate calls at "
+                "/v1/rollout/init. Point your 0.3.8 trainer's RolloutClient at "
+                f"{target.base_url} instead, or deploy an AgentLoop beside the Workflow to "
+                "register it"
+            )
         endpoint = platform_url.rstrip("/") + REGISTER_PATH
         headers = {"Authorization": f"Bearer {platform_token}"}
         if workspace:

@@ -1,14 +1,19 @@
 """``rollout-sdk start-api``: the template's API function served over HTTP on 127.0.0.1, as
-``sam local start-api`` serves it, without Docker.
+``sam local start-api`` serves it, without Docker, and the functions around it as Lambda runs
+them.
 
 Each request becomes the API Gateway HTTP API (payload 2.0) event ``handler.py`` receives on
-Lambda, and the function's answer becomes the HTTP answer. Around it, the stack as ``rollout-sdk
-invoke`` builds it: the table, the secret, the key and the bucket on an AWS emulator (an
-embedded moto server, or ``--endpoint``), the function's environment resolved from the template.
-The API function runs in this process, one invocation at a time, as one Lambda instance runs
-them; each worker event it hands off (its asynchronous ``Invoke``) runs as its own cold start:
-``rollout-sdk invoke WorkerFunction`` in a process of its own, as Lambda runs the worker
-function in an instance of its own.
+Lambda, and the function's answer becomes the HTTP answer. Each function runs as Lambda scales
+it: an invocation goes to an idle instance, or to a new one (a process of its own that imported
+``handler.py``: a cold start, :mod:`rollout_sdk.local.instance`) while fewer than the limit
+run, else it is throttled, which API Gateway answers 500, as at Lambda's concurrency limit.
+So result polls that wait (osmosis-ai 0.3.8's) hold an instance each, as on Lambda. Each worker
+event the API function (or the re-drive) hands off is an asynchronous invocation: tried again
+on a function error (at once: Lambda waits a minute, then two) as the template's
+``MaximumRetryAttempts`` says, then sent to the failure destination. The re-drive runs on its
+schedule. Around them, the stack as ``rollout-sdk invoke`` builds it: the table, the secret, the
+key and the bucket on an AWS emulator (an embedded moto server, or ``--endpoint``), each
+function's environment resolved from the template.
 """
 
 from __future__ import annotations
@@ -17,18 +22,20 @@ import asyncio
 import base64
 import json
 import os
+import re
+import select
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
+
+    from rollout_sdk.local.emulator import LocalResources
 
 #: API Gateway's HTTP API cuts every integration at 30 seconds.
 INTEGRATION_TIMEOUT_SECONDS = 30.0
@@ -88,67 +95,209 @@ def http_api_event(scope: Scope, body: bytes) -> dict[str, Any]:
     return event
 
 
-@dataclass
-class LocalApi:
-    """The API function behind a local HTTP server; worker events run as their own processes."""
+#: What API Gateway answers when it cannot get an answer from the function: the function failed
+#: (or its instance did) or it was throttled at its concurrency limit (both 500), or it ran
+#: past the integration's 30 seconds (503).
+FUNCTION_FAILED = {"statusCode": 500, "body": '{"message":"Internal Server Error"}'}
+THROTTLED = FUNCTION_FAILED
+TIMED_OUT = {"statusCode": 503, "body": '{"message":"Service Unavailable"}'}
+#: The route API Gateway sends to the poll function (template.yaml's PollFunction event).
+POLL_ROUTE = re.compile(r"^/rollout/[^/]+/result$")
+#: How many instances of one function run at once by default (Lambda's account limit is
+#: 1,000; each instance here is a process).
+DEFAULT_MAX_INSTANCES = 16
+#: What a worker's failure record says when its instance died (Lambda's word for a runtime that
+#: exited during an invocation).
+EXITED = {"errorType": "Runtime.ExitError", "errorMessage": "the function's instance exited"}
 
-    handler: Any
-    template: str
-    endpoint: str
-    agent: str | None = None
-    allowed_server_hosts: str | None = None
-    #: The worker processes started, so that a caller can wait for them (and tests do).
-    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+class Throttled(Exception):
+    """The function runs as many instances as it may."""
+
+
+class Instance:
+    """One emulated instance of a function: a process of its own that imported handler.py
+    once (its cold start) and runs one invocation at a time (:mod:`rollout_sdk.local.instance`)."""
+
+    def __init__(self, logical_id: str, env: dict[str, str], timeout: float) -> None:
+        command = [sys.executable, "-m", "rollout_sdk.local.instance", logical_id, f"{timeout:g}"]
+        self.process = subprocess.Popen(  # noqa: S603 - the kit's own module
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+        )
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def call(self, event: Any, within: float) -> dict[str, Any] | None:
+        """The invocation's answer (``result``, ``dispatched``), or None when the instance died
+        (a function error: its traceback is on this command's stderr); TimeoutError past
+        ``within`` seconds (the instance is stopped, as Lambda ends a timed-out environment)."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        try:
+            self.process.stdin.write(json.dumps(event).encode() + b"\n")
+            self.process.stdin.flush()
+        except OSError:
+            return None
+        ready, _, _ = select.select([self.process.stdout], [], [], within)
+        if not ready:
+            self.stop()
+            raise TimeoutError(f"the function ran past {within:g} s")
+        line = self.process.stdout.readline()
+        if not line:
+            self.process.wait()
+            return None
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def stop(self, within: float = 10.0) -> None:
+        if self.alive:
+            self.process.terminate()
+            try:
+                self.process.wait(within)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(within)
+
+
+@dataclass
+class LocalFunction:
+    """One function of the template as Lambda scales it: each invocation on an idle instance,
+    or on a new one (a cold start) while fewer than ``max_instances`` run."""
+
+    logical_id: str
+    env: dict[str, str]
+    timeout: float
+    max_instances: int = DEFAULT_MAX_INSTANCES
+    instances: list[Instance] = field(default_factory=list)
+    _idle: list[Instance] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def invoke_api(self, event: dict[str, Any]) -> Any:
-        """One invocation of the API function (one at a time, as in one instance)."""
-        from rollout_sdk.local.invoke import invoke
-
+    def _take(self) -> Instance:
         with self._lock:
-            call = invoke(
-                self.handler, "ApiFunction", event, timeout_seconds=INTEGRATION_TIMEOUT_SECONDS
-            )
-        for worker_event in call.dispatched:
+            while self._idle:
+                instance = self._idle.pop()
+                if instance.alive:
+                    return instance
+            self.instances = [i for i in self.instances if i.alive]
+            if len(self.instances) >= self.max_instances:
+                raise Throttled(self.logical_id)
+            instance = Instance(self.logical_id, self.env, self.timeout)
+            self.instances.append(instance)
+            return instance
+
+    def invoke(self, event: Any, within: float | None = None) -> dict[str, Any] | None:
+        """One invocation: its answer, or None for a function error. Raises Throttled, and
+        TimeoutError past ``within`` (default: the function's timeout, and a second)."""
+        instance = self._take()
+        answer = instance.call(event, self.timeout + 1 if within is None else within)
+        if answer is not None:
+            with self._lock:
+                self._idle.append(instance)
+        return answer
+
+    def stop(self) -> None:
+        for instance in self.instances:
+            instance.stop()
+
+
+@dataclass
+class LocalApi:
+    """The template's API function behind a local HTTP server, and the functions around it as
+    Lambda runs them: each worker event the API function (or the re-drive) hands off is an
+    asynchronous invocation of the worker function, retried as ``retries`` says on a function
+    error and then sent to ``on_failure`` (the worker's failure destination); the re-drive runs
+    every ``redrive_every`` seconds when given (its schedule)."""
+
+    api: LocalFunction
+    worker: LocalFunction
+    #: The poll function (a deploy with a Workflow), API Gateway's route of 0.3.8's result
+    #: polls; without it, they go to the API function, as API Gateway's $default route has it.
+    poll: LocalFunction | None = None
+    on_failure: LocalFunction | None = None
+    redrive: LocalFunction | None = None
+    #: The worker's MaximumRetryAttempts (template.yaml's EventInvokeConfig).
+    retries: int = 2
+    redrive_every: float | None = None
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _stopping: threading.Event = field(default_factory=threading.Event)
+
+    def invoke_api(self, event: dict[str, Any]) -> Any:
+        """One invocation of the function API Gateway routes the request to (the poll function
+        for a result poll, when deployed; else the API function), answered as API Gateway
+        answers it."""
+        function = self.api
+        http = event["requestContext"]["http"]
+        if self.poll is not None and http["method"] == "GET" and POLL_ROUTE.match(http["path"]):
+            function = self.poll
+        try:
+            answer = function.invoke(event, INTEGRATION_TIMEOUT_SECONDS)
+        except Throttled:
+            return THROTTLED
+        except TimeoutError:
+            return TIMED_OUT
+        if answer is None:
+            return FUNCTION_FAILED
+        self._hand_off(answer)
+        return answer["result"]
+
+    def _hand_off(self, answer: dict[str, Any]) -> None:
+        for worker_event in answer.get("dispatched", []):
             self.start_worker(worker_event)
-        return call.result
 
-    def start_worker(self, event: dict[str, Any]) -> subprocess.Popen[bytes]:
-        """The worker function's invocation on ``event``, as a cold start of its own."""
-        fd, path = tempfile.mkstemp(prefix="rollout-sdk-worker-", suffix=".json")
-        with os.fdopen(fd, "w") as file:  # 0600: the event carries the callback key
-            json.dump(event, file)
-        command = [
-            sys.executable,
-            "-m",
-            "rollout_sdk",
-            "invoke",
-            "WorkerFunction",
-            path,
-            "--template",
-            self.template,
-            "--endpoint",
-            self.endpoint,
-        ]
-        if self.agent:
-            command += ["--agent", self.agent]
-        if self.allowed_server_hosts:
-            command += ["--allowed-server-hosts", self.allowed_server_hosts]
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL)  # noqa: S603 - the kit's own CLI
-        self.workers.append(process)
-        threading.Thread(target=_remove_after, args=(process, path), daemon=True).start()
-        return process
+    def start_worker(self, event: dict[str, Any]) -> threading.Thread:
+        """The worker function's asynchronous invocation on ``event``."""
+        thread = threading.Thread(target=self._run_async, args=(event,), daemon=True)
+        self._threads.append(thread)
+        thread.start()
+        return thread
 
-    def close(self, within: float = 10.0) -> None:
-        """Stop the worker processes still running (their emulator may stop with this)."""
-        for process in self.workers:
-            if process.poll() is None:
-                process.terminate()
-        for process in self.workers:
+    def _run_async(self, event: dict[str, Any]) -> None:
+        """As Lambda runs an asynchronous invocation: tried again after a function error (or a
+        throttle), at most ``retries`` times, then the failure destination gets the record."""
+        error: dict[str, Any] = EXITED
+        attempts = 0
+        for attempts in range(1, self.retries + 2):  # noqa: B007 - counted for the record
+            if self._stopping.is_set():
+                return
             try:
-                process.wait(within)
-            except subprocess.TimeoutExpired:
-                process.kill()
+                answer = self.worker.invoke(event)
+            except Throttled:
+                error = {"errorType": "TooManyRequestsException", "errorMessage": "throttled"}
+                continue
+            except TimeoutError:
+                error = {
+                    "errorType": "Sandbox.Timedout",
+                    "errorMessage": f"Task timed out after {self.worker.timeout:g} seconds",
+                }
+                continue
+            if answer is not None:
+                return
+        if self.on_failure is not None and not self._stopping.is_set():
+            self.on_failure.invoke(failure_record(event, error, attempts))
+
+    def run_schedule(self) -> None:
+        """The re-drive on its schedule, until :meth:`close`."""
+        if self.redrive is None or not self.redrive_every:
+            return
+        while not self._stopping.wait(self.redrive_every):
+            answer = self.redrive.invoke({})
+            if answer is not None:
+                self._hand_off(answer)
+
+    def start(self) -> None:
+        """Start the schedule's thread."""
+        if self.redrive is not None and self.redrive_every:
+            thread = threading.Thread(target=self.run_schedule, daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def close(self) -> None:
+        """Stop every instance (their emulator may stop with this command)."""
+        self._stopping.set()
+        for function in (self.api, self.poll, self.worker, self.on_failure, self.redrive):
+            if function is not None:
+                function.stop()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -168,9 +317,71 @@ class LocalApi:
         await _answer(send, result)
 
 
-def _remove_after(process: subprocess.Popen[bytes], path: str) -> None:
-    process.wait()
-    Path(path).unlink(missing_ok=True)
+def local_stack(
+    template: dict[str, Any],
+    resources: LocalResources,
+    overrides: dict[str, str],
+    *,
+    max_instances: int = DEFAULT_MAX_INSTANCES,
+    redrive_every: float | None = None,
+    env_vars: dict[str, dict[str, str]] | None = None,
+) -> LocalApi:
+    """The template's API, worker, failure-destination and re-drive functions on ``resources``,
+    as deployed with ``overrides`` (each instance's environment: this process's, then the
+    function's, then ``env_vars``' ``Parameters`` and its own, as sam local's --env-vars).
+    ConfigurationError for a parameter the template does not have."""
+    from rollout_sdk.local.invoke import function_environment, function_timeout
+
+    def function(logical_id: str) -> LocalFunction:
+        env = {**os.environ, **function_environment(template, logical_id, resources, overrides)}
+        env.update((env_vars or {}).get("Parameters", {}))
+        env.update((env_vars or {}).get(logical_id, {}))
+        timeout = function_timeout(template, logical_id)
+        return LocalFunction(logical_id, env, timeout, max_instances=max_instances)
+
+    resources_ = template["Resources"]
+    # The poll function exists where its condition (ServesWorkflow: a Workflow) holds.
+    polls = "PollFunction" in resources_ and bool(
+        overrides.get("Workflow", template.get("Parameters", {}).get("Workflow", {}).get("Default"))
+    )
+    worker = resources_["WorkerFunction"]["Properties"]
+    retries = int(worker.get("EventInvokeConfig", {}).get("MaximumRetryAttempts", 2))
+    if redrive_every is None:
+        spec = template.get("Parameters", {}).get("RedriveIntervalMinutes", {})
+        redrive_every = 60.0 * float(
+            overrides.get("RedriveIntervalMinutes", spec.get("Default", 1))
+        )
+    return LocalApi(
+        api=function("ApiFunction"),
+        worker=function("WorkerFunction"),
+        poll=function("PollFunction") if polls else None,
+        on_failure=function("WorkerFailureFunction"),
+        redrive=function("RedriveFunction"),
+        retries=retries,
+        redrive_every=redrive_every or None,
+    )
+
+
+def failure_record(event: dict[str, Any], error: dict[str, Any], attempts: int) -> dict[str, Any]:
+    """What Lambda sends an asynchronous invocation's OnFailure destination once its retries
+    are spent (the shape of events/worker-failure.json)."""
+    return {
+        "version": "1.0",
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
+        "requestContext": {
+            "requestId": str(uuid.uuid4()),
+            "functionArn": "arn:aws:lambda:us-east-1:123456789012:function:WorkerFunction:live",
+            "condition": "RetriesExhausted",
+            "approximateInvokeCount": attempts,
+        },
+        "requestPayload": event,
+        "responseContext": {
+            "statusCode": 200,
+            "executedVersion": "1",
+            "functionError": "Unhandled",
+        },
+        "responsePayload": error,
+    }
 
 
 async def _answer(send: Send, result: Any) -> None:

@@ -17,22 +17,26 @@ ROOT = Path(__file__).resolve().parents[2]
 HTTP_CLIENT = ("httpx", "httpcore", "h11", "aiohttp", "httpx_aiohttp", "httpx2")
 #: Never on Lambda (bench/package.py checks the artifact ships none of it).
 LOCAL = ("rollout_sdk.local", "rollout_sdk.testing", "sqlite3", "uvicorn", "prometheus_client")
+#: What the API function's app must not load at its cold start (the API's and the poll's).
+NOT_IN_THE_API = (
+    *HTTP_CLIENT,
+    *LOCAL,
+    "rollout_sdk.engine.worker",
+    "rollout_sdk.traingate.client",
+    "rollout_sdk.engine.assembly",
+    "rollout_sdk.aws.handlers.worker",
+    "rollout_sdk.aws.handlers.queue",
+    "rollout_sdk.aws.handlers.dead_letter",
+    "rollout_sdk.aws.handlers.failure",
+    "rollout_sdk.aws.handlers.redrive",
+    "rollout_sdk.dispatch.sqs",
+    "aws_xray_sdk",
+)
 #: What ``import handler`` must not load, per entry point.
 NOT_AT_IMPORT = {
-    "api": (
-        *HTTP_CLIENT,
-        *LOCAL,
-        "rollout_sdk.engine.worker",
-        "rollout_sdk.traingate.client",
-        "rollout_sdk.engine.assembly",
-        "rollout_sdk.aws.handlers.worker",
-        "rollout_sdk.aws.handlers.queue",
-        "rollout_sdk.aws.handlers.dead_letter",
-        "rollout_sdk.aws.handlers.failure",
-        "rollout_sdk.aws.handlers.redrive",
-        "rollout_sdk.dispatch.sqs",
-        "aws_xray_sdk",
-    ),
+    "api": NOT_IN_THE_API,
+    # The poll function is the API's app on a function of its own: the same rules.
+    "poll": NOT_IN_THE_API,
     "worker": (
         *HTTP_CLIENT,  # on the first chat call, not at import
         *LOCAL,

@@ -19,6 +19,7 @@ from .conftest import ROOT
 #: cost label, log group, hand-off).
 SEEN = {
     ("ApiFunction", "handler.api", "api", "api", "api", None),
+    ("PollFunction", "handler.poll", "poll", "poll", "poll", None),
     ("WorkerFunction", "handler.worker", "worker", "worker", "worker", "direct"),
     (
         "WorkerFailureFunction",

@@ -96,6 +96,7 @@ EVENTS = ROOT / "events"
 SAM_PYTHON = ROOT / ".venv-sam" / "bin" / "python"
 TIMEOUTS = {
     "ApiFunction": 29,
+    "PollFunction": 29,
     "WorkerFunction": 900,
     "WorkerFailureFunction": 300,
     "RedriveFunction": 600,
@@ -167,11 +168,13 @@ def init_event(url: str, rollout_id: str, **changes: Any) -> Any:
     return event
 
 
-def submit_event(url: str, rollout_id: str, **metadata: Any) -> Any:
+def submit_event(
+    url: str, rollout_id: str, messages: list[dict[str, str]] | None = None, **metadata: Any
+) -> Any:
     """An osmosis-ai 0.3.8 submit (``POST /rollout``) as API Gateway delivers it."""
     body = {
         "rollout_id": rollout_id,
-        "initial_messages": [{"role": "user", "content": "what is 2 + 3?"}],
+        "initial_messages": messages or [{"role": "user", "content": "what is 2 + 3?"}],
         "chat_completions_url": f"{url}/v1",
         "llm_api_key": CALLBACK_KEY,
         "label": "5",
@@ -686,14 +689,17 @@ def workflow_paths(rig: Rig) -> None:
     latter two from the live index), /health's count, and a lease that ran out found by the
     next poll and by the re-drive's pass."""
     scenario(rig, "0.3.8: submit, poll, the worker, a graded result")
-    submitted = rig.call("ApiFunction", submit_event(rig.url, "w-graded"))
-    assert submitted.result["statusCode"] == 202, submitted.result
-    token = json.loads(submitted.result["body"])["polling_lease_token"]
-    rig.run_worker(submitted)
-    poll = path_event("GET", "/rollout/w-graded/result")
-    poll["headers"] = {**poll["headers"], LEASE_HEADER: token}
-    answer = rig.call("ApiFunction", poll).result
-    assert json.loads(answer["body"])["status"] == "success", answer
+    for rid, messages in (("w-graded", None), ("w-large", big_messages())):
+        submitted = rig.call("ApiFunction", submit_event(rig.url, rid, messages))
+        assert submitted.result["statusCode"] == 202, submitted.result
+        token = json.loads(submitted.result["body"])["polling_lease_token"]
+        rig.run_worker(submitted)
+        # A new environment of the poll function: it reads the server key itself.
+        rig.runtime.server_keys._provider.clear_cache()
+        poll = path_event("GET", f"/rollout/{rid}/result")
+        poll["headers"] = {**poll["headers"], LEASE_HEADER: token}
+        answer = rig.call("PollFunction", poll).result
+        assert json.loads(answer["body"])["status"] == "success", answer
 
     scenario(rig, "0.3.8: cancel by ids, prefix and all; /health counts the live ones")
     jobs = {}
@@ -708,13 +714,19 @@ def workflow_paths(rig: Rig) -> None:
         rig.run_worker(job)  # each finds its cancel before it starts
     assert rig.record("w-all").state.value == "DELIVERED"
 
+    scenario(rig, "0.3.8: a worker whose retries were spent, reported by the destination")
+    lost = rig.call("ApiFunction", submit_event(rig.url, "w-lost")).dispatched[0]
+    rig.call("WorkerFailureFunction", failure_record(lost))
+    ended = rig.record("w-lost")
+    assert ended.state.value == "DELIVERED" and ended.response["status"] == "ERROR", ended
+
     scenario(rig, "0.3.8: a lease that ran out, found by the next poll")
     late = rig.call("ApiFunction", submit_event(rig.url, "w-late-poll"))
     late_token = json.loads(late.result["body"])["polling_lease_token"]
     rig.rewrite("w-late-poll", poll_until=time.time() - 1)
     poll = path_event("GET", "/rollout/w-late-poll/result")
     poll["headers"] = {**poll["headers"], LEASE_HEADER: late_token}
-    answer = rig.call("ApiFunction", poll).result
+    answer = rig.call("PollFunction", poll).result
     assert json.loads(answer["body"])["err_category"] == "lease_expired", answer
 
     scenario(rig, "0.3.8: a lease that ran out, found by the re-drive")

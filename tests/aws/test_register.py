@@ -9,9 +9,15 @@ import pytest
 from fastapi import FastAPI, Request
 
 from examples.calculator.agent import agent_loop
+from rollout_sdk.engine.no_v1 import NoV1AgentLoop
+from rollout_sdk.engine.workflows import Workflows
 from rollout_sdk.errors import RegisterError
+from rollout_sdk.http.app import local_app, local_engine
 from rollout_sdk.local.register import mask, parse_target, register
 from rollout_sdk.local.server import build_local_app
+from rollout_sdk.osmosis03 import AgentWorkflow, AgentWorkflowConfig, AgentWorkflowContext
+from rollout_sdk.settings import load_settings
+from rollout_sdk.store.memory import MemoryStore
 from rollout_sdk.testing.threads import ServerThread
 
 SERVER_KEY = "server-key-0123456789"
@@ -170,3 +176,49 @@ def test_cli_reads_the_key_token_workspace_and_platform_from_the_settings(
         "ws-env",
         "ws-opt",
     ]
+
+
+def test_register_says_which_protocols_the_url_serves(
+    rollout_server: str, platform: tuple[Platform, str]
+) -> None:
+    _, platform_url = platform
+    echoed: list[str] = []
+    register(
+        url=rollout_server,
+        server_key=SERVER_KEY,
+        platform_token=TOKEN,
+        platform_url=platform_url,
+        echo=echoed.append,
+    )
+    assert "  serves: v1 (POST /v1/rollout/init, agent loop 'calculator')" in echoed
+
+
+class Echo(AgentWorkflow[AgentWorkflowConfig]):
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> list[dict[str, Any]]:
+        return list(ctx.prompt)
+
+
+def test_a_server_of_0_3_8_only_is_not_registered_and_the_fix_is_named(
+    platform: tuple[Platform, str],
+) -> None:
+    stand_in, platform_url = platform
+    agent = NoV1AgentLoop()
+    engine = local_engine(
+        agent,
+        load_settings(),
+        store=MemoryStore(),
+        workflows=Workflows(workflow=Echo, name="tests.aws.test_register:Echo"),
+    )
+    with (
+        ServerThread(local_app(agent, engine, keys=[SERVER_KEY])) as server,
+        pytest.raises(RegisterError, match=r"serves osmosis-ai 0\.3\.8 only") as refused,
+    ):
+        register(
+            url=server.url,
+            server_key=SERVER_KEY,
+            platform_token=TOKEN,
+            platform_url=platform_url,
+            echo=lambda _: None,
+        )
+    assert "RolloutClient" in str(refused.value) and "AgentLoop" in str(refused.value)
+    assert stand_in.requests == []

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -95,6 +96,8 @@ class Server:
     port: int
     process: subprocess.Popen[bytes] | None = None
     log: Path | None = None
+    #: The kit's command that serves: ``serve``, or ``start-api`` (the Lambda path).
+    command: str = "serve"
 
     @property
     def url(self) -> str:
@@ -104,7 +107,7 @@ class Server:
         assert self.log is not None
         handle = self.log.open("ab")
         self.process = subprocess.Popen(
-            [KIT_PYTHON, "-m", "rollout_sdk", "serve", *self.args, "--port", str(self.port)],
+            [KIT_PYTHON, "-m", "rollout_sdk", self.command, *self.args, "--port", str(self.port)],
             cwd=REPO,
             env=self.env,
             stdout=handle,
@@ -113,7 +116,7 @@ class Server:
         self._ready()
         return self
 
-    def _ready(self, within: float = 60.0) -> None:
+    def _ready(self, within: float = 90.0) -> None:
         """Until the server answers /health (its start-up lines go to the log)."""
         ends = time.monotonic() + within
         while time.monotonic() < ends:
@@ -150,6 +153,31 @@ class Server:
         return self.start()
 
 
+def _kit_env() -> dict[str, str]:
+    """The kit's processes' environment: this one's, without the variables either side reads
+    (the kit's settings, AWS's, a virtual environment's), the repository importable."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OSMOSIS_", "ROLLOUT_SDK_", "VIRTUAL_ENV", "PYTHON", "AWS_"))
+    }
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+@contextmanager
+def _stopped_at_the_end(started: list[Server]) -> Iterator[None]:
+    """Stop every server started; print their output when the test failed."""
+    try:
+        yield
+    finally:
+        for server in started:
+            server.stop()
+        if sys.exc_info()[0] is not None:
+            for server in started:
+                print(server.output())
+
+
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     """``serve(*extra_args, grader=True, **settings)``: the kit's server with the suite's
@@ -158,24 +186,54 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     started: list[Server] = []
 
     def start(*extra: str, grader: bool = True, **settings: Any) -> Server:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("OSMOSIS_", "ROLLOUT_SDK_", "VIRTUAL_ENV", "PYTHON"))
-        }
+        env = _kit_env()
         env.update({k: str(v) for k, v in settings.items()})
-        env["PYTHONPATH"] = str(REPO)
         args = ["--workflow", WORKFLOW, *(["--grader", GRADER] if grader else [])]
         args += ["--api-key", SERVER_KEY, "--state-dir", str(tmp_path / "state"), *extra]
         server = Server(args, env, free_port(), log=tmp_path / f"server-{len(started)}.log")
         started.append(server)
         return server.start()
 
-    try:
+    with _stopped_at_the_end(started):
         yield start
-    finally:
-        for server in started:
-            server.stop()
-        if sys.exc_info()[0] is not None:
-            for server in started:
-                print(server.output())
+
+
+@pytest.fixture
+def start_api(tmp_path: Path) -> Iterator[Callable[..., Server]]:
+    """``start_api(**variables)``: ``rollout-sdk start-api`` serving handler.py's API function
+    as deployed with the suite's Workflow and Grader, over its embedded AWS emulator, the
+    re-drive every second; ``variables`` go to every function's environment (``--env-vars``),
+    over the template's (``ROLLOUT_SDK_OSMOSIS03_RESULT_WAIT_SECONDS`` is 20 there)."""
+    started: list[Server] = []
+
+    def start(**variables: Any) -> Server:
+        env = _kit_env()
+        args = [
+            "--parameter-overrides",
+            f"Workflow={WORKFLOW}",
+            f"Grader={GRADER}",
+            "--allowed-server-hosts",
+            "127.0.0.1",
+            "--server-key",
+            SERVER_KEY,
+            "--redrive-every",
+            "1",
+        ]
+        if variables:
+            env_vars = tmp_path / f"env-{len(started)}.json"
+            env_vars.write_text(
+                json.dumps({"Parameters": {k: str(v) for k, v in variables.items()}})
+            )
+            args += ["--env-vars", str(env_vars)]
+        server = Server(
+            args,
+            env,
+            free_port(),
+            log=tmp_path / f"start-api-{len(started)}.log",
+            command="start-api",
+        )
+        started.append(server)
+        return server.start()
+
+    with _stopped_at_the_end(started):
+        yield start

@@ -14,7 +14,6 @@ import httpx
 import pytest
 from osmosis_ai.rollout.client import (
     RolloutAdmissionTimeoutError,
-    RolloutClient,
     RolloutProtocolError,
 )
 from osmosis_ai.rollout.types import (
@@ -25,65 +24,17 @@ from osmosis_ai.rollout.types import (
     RolloutStatus,
 )
 
-from .conftest import LLM_KEY, SERVER_KEY, Model, Server
+from .conftest import LLM_KEY, Model, Server
+from .rollouts import AUTH, client, idle, poll, run, submit
 
 pytestmark = pytest.mark.timeout(120)
 
 Serve = Callable[..., Server]
-AUTH = {"Authorization": f"Bearer {SERVER_KEY}"}
 #: A short lease and wait, for the cases that let a lease run out.
 SHORT_LEASE = {
     "ROLLOUT_SDK_OSMOSIS03_RESULT_WAIT_SECONDS": "1",
     "ROLLOUT_SDK_OSMOSIS03_POLLING_LEASE_SECONDS": "3",
 }
-
-
-def client(server: Server, **kwargs: Any) -> RolloutClient:
-    return RolloutClient(url=server.url, api_key=SERVER_KEY, **kwargs)
-
-
-async def run(
-    server: Server, model: Model, rollout_id: str, *, label: str | None = "42", **kwargs: Any
-) -> RolloutResultResponse:
-    rollouts = client(server)
-    try:
-        return await rollouts.run_rollout(
-            initial_messages=[{"role": "user", "content": "42"}],
-            chat_completions_url=model.url,
-            rollout_id=rollout_id,
-            llm_api_key=LLM_KEY,
-            label=label,
-            **kwargs,
-        )
-    finally:
-        await rollouts.aclose()
-
-
-def submit(server: Server, model: Model, rollout_id: str, **body: Any) -> httpx.Response:
-    """A raw POST /rollout (no client polling it afterwards)."""
-    payload = {
-        "rollout_id": rollout_id,
-        "initial_messages": [{"role": "user", "content": "42"}],
-        "chat_completions_url": model.url,
-        **body,
-    }
-    return httpx.post(f"{server.url}/rollout", json=payload, headers=AUTH, timeout=10)
-
-
-def poll(server: Server, rollout_id: str, token: str) -> httpx.Response:
-    headers = {**AUTH, "X-Osmosis-Rollout-Lease": token}
-    return httpx.get(f"{server.url}/rollout/{rollout_id}/result", headers=headers, timeout=40)
-
-
-async def idle(server: Server, **kwargs: Any) -> dict[str, Any]:
-    rollouts = client(server)
-    try:
-        health: dict[str, Any] = await rollouts.wait_idle(
-            timeout_sec=60, poll_interval_sec=0.2, **kwargs
-        )
-        return health
-    finally:
-        await rollouts.aclose()
 
 
 # ------------------------------------------------------------------------ graded rollouts

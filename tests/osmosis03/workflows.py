@@ -11,12 +11,15 @@ What each rollout does is said by its metadata, so one server runs every case:
 - ``{"self_cancel": true}``: the workflow cancels its own task (a bug in the author's code);
 - ``{"grader_hang": true}``: the grader waits until it is cancelled;
 - ``{"grader_raise": "..."}``: the grader raises a ValueError;
-- ``{"remove": true}``: the grader removes the sample instead of rewarding it.
+- ``{"remove": true}``: the grader removes the sample instead of rewarding it;
+- ``{"crash": true}``: after its model call, the workflow ends its process at once (a worker
+  whose instance dies: on Lambda, a function error Lambda retries and then reports).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import httpx
@@ -59,6 +62,8 @@ class Scripted(AgentWorkflow[AgentWorkflowConfig]):
                 headers=headers,
             )
         answer.raise_for_status()
+        if metadata.get("crash"):
+            os._exit(3)
         return [*ctx.prompt, answer.json()["choices"][0]["message"]]
 
 

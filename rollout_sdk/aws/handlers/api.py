@@ -43,12 +43,23 @@ def adapter_for(runtime: LambdaRuntime) -> ApiHandler:
     return handler
 
 
-def handle(runtime: LambdaRuntime, event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Answer one HTTP request (Mangum runs the app on the runtime's loop, the current one).
+def answer(
+    function: LambdaFunction,
+    runtime: LambdaRuntime,
+    event: dict[str, Any],
+    context: LambdaContext,
+) -> dict[str, Any]:
+    """Answer one HTTP request as ``function`` (Mangum runs the app on the runtime's loop, the
+    current one).
 
     Metered for the cost estimate: an init's hand-off carries what this invocation used so far
     (its time, the HTTP API request, the claim's write units) to the worker."""
-    with runtime.metered(LambdaFunction.API, context, seats=1), cost_meter.rollout() as meter:
+    with runtime.metered(function, context, seats=1), cost_meter.rollout() as meter:
         if meter is not None:
             meter.add("http_api_request", metering.http_api_requests(event))
         return adapter_for(runtime)(event, context)
+
+
+def handle(runtime: LambdaRuntime, event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """The API function's request."""
+    return answer(LambdaFunction.API, runtime, event, context)

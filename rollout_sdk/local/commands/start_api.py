@@ -7,16 +7,22 @@ import argparse
 import sys
 
 from rollout_sdk.local.commands.common import fail
+from rollout_sdk.local.start_api import DEFAULT_MAX_INSTANCES
 
 NAME = "start-api"
 HELP = "serve the template's API function over HTTP, as sam local start-api does, without Docker"
 DESCRIPTION = (
     "Serve the template's API function (handler.py's api) on 127.0.0.1: each request becomes "
     "the API Gateway HTTP API event the function gets on Lambda, and its answer the HTTP "
-    "answer. The stack around it is made on an AWS emulator (an embedded moto server, or "
-    "--endpoint), as rollout-sdk invoke makes it; each worker event the API function hands "
-    "off runs as a cold start of its own (rollout-sdk invoke WorkerFunction, in a process of "
-    "its own). Register the URL it prints with TrainGate, or point a client at it."
+    "answer. As Lambda scales it, each request runs on an idle instance of the function or a "
+    "new one (a process that imported handler.py: a cold start), up to --max-instances, past "
+    "which it is throttled (API Gateway's 500). The stack around it is made on an AWS "
+    "emulator (an embedded moto server, or --endpoint), as rollout-sdk invoke makes it: each "
+    "worker event the API function hands off is an asynchronous invocation of the worker "
+    "function (retried after a function error as the template says, then sent to its failure "
+    "destination), and the re-drive runs on its schedule. Register the URL it prints with "
+    "TrainGate, or point a client at it (osmosis-ai 0.3.8's RolloutClient too, with "
+    "--parameter-overrides Workflow=...)."
 )
 
 
@@ -43,6 +49,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "must send as 'Authorization: Bearer KEY' (default local-server-key, as in events/)",
     )
     parser.add_argument(
+        "--parameter-overrides",
+        metavar="NAME=VALUE",
+        nargs="+",
+        action="extend",
+        default=[],
+        help="template parameters as sam deploy --parameter-overrides takes them, e.g. "
+        "Workflow=my_agent.workflow:MyWorkflow Grader=my_agent.workflow:MyGrader",
+    )
+    parser.add_argument(
+        "--env-vars",
+        metavar="FILE",
+        help="a JSON file of environment variables over the template's, as sam local's "
+        '--env-vars takes it: {"Parameters": {...}} for every function, {"ApiFunction": {...}} '
+        "for one (e.g. ROLLOUT_SDK_OSMOSIS03_POLLING_LEASE_SECONDS)",
+    )
+    parser.add_argument(
+        "--max-instances",
+        type=int,
+        default=DEFAULT_MAX_INSTANCES,
+        metavar="N",
+        help=f"instances of each function at once (default {DEFAULT_MAX_INSTANCES}; Lambda's "
+        "account limit starts at 1,000): past it a request is throttled, as at Lambda's limit",
+    )
+    parser.add_argument(
+        "--redrive-every",
+        type=float,
+        metavar="SECONDS",
+        help="run the re-drive function this often (default: its schedule, RedriveIntervalMinutes; "
+        "0: never)",
+    )
+    parser.add_argument(
         "--allowed-server-hosts",
         metavar="HOSTS",
         help="the template parameter AllowedServerHosts (host or host:port, comma-separated): "
@@ -58,32 +95,34 @@ def run(args: argparse.Namespace) -> int:
 
     from rollout_sdk.errors import ConfigurationError
     from rollout_sdk.local import invoke as inv
-    from rollout_sdk.local.start_api import LocalApi
+    from rollout_sdk.local.start_api import LocalApi, local_stack
 
     stack: inv.EmulatedStack | None = None
     api: LocalApi | None = None
     try:
         template = inv.load(args.template)
         logical_id = inv.resolve_function(template, "ApiFunction")
-        agent = inv.template_agent(template, args.agent)
+        overrides = inv.parse_overrides(args.parameter_overrides)
+        if args.allowed_server_hosts:
+            overrides["AllowedServerHosts"] = args.allowed_server_hosts
+        if args.agent:
+            overrides["AgentLoop"] = args.agent
+        agent = inv.template_agent(template, overrides.get("AgentLoop"))
         stack = inv.emulated_stack(
             args.template, endpoint=args.endpoint, agent=agent, server_key=args.server_key
         )
-        endpoint, resources = stack.endpoint, stack.resources
-        overrides = (
-            {"AllowedServerHosts": args.allowed_server_hosts} if args.allowed_server_hosts else None
+        api = local_stack(
+            template,
+            stack.resources,
+            overrides,
+            max_instances=args.max_instances,
+            redrive_every=args.redrive_every,
+            env_vars=inv.load_env_vars(args.env_vars) if args.env_vars else None,
         )
-        env = inv.function_environment(template, logical_id, resources, overrides)
-        api = LocalApi(
-            inv.import_handler(env),
-            template=args.template,
-            endpoint=endpoint,
-            agent=agent,
-            allowed_server_hosts=args.allowed_server_hosts,
-        )
+        api.start()
         print(
             f"rollout-sdk: serving {logical_id} of {args.template} on "
-            f"http://127.0.0.1:{args.port} (AWS: {endpoint}"
+            f"http://127.0.0.1:{args.port} (AWS: {stack.endpoint}"
             f"{', embedded moto, stopped on exit' if stack.emulator else ''}; server key: "
             "the emulator's secret)",
             file=sys.stderr,
