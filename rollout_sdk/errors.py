@@ -40,6 +40,8 @@ the v1 Osmosis SDK are kept, with their meaning, so ported agents can keep catch
     ├── DispatchError                       503: the hand-off to a worker failed
     │   └── Overloaded                      429: past the concurrency limit and the queue bound
     ├── ServeError                          the local server could not start
+    ├── InstanceThrottled                   start-api: a function runs as many instances as
+    │                                       it may (API Gateway answers 500)
     ├── PublicIPDetectionError              detect_public_ip found no public address
     ├── RegisterError                       registering with the platform could not be done
     ├── DatasetError                        the demo's dataset cannot be read or a row is bad
@@ -408,6 +410,11 @@ class ServeError(RolloutError):
 
 class PublicIPDetectionError(RolloutError):
     """``detect_public_ip`` found no public IPv4 address (v1's name)."""
+
+
+class InstanceThrottled(RolloutError):
+    """``rollout-sdk start-api``: the function runs as many instances as it may (Lambda's
+    throttle, which API Gateway answers 500)."""
 
 
 class RegisterError(RolloutError):

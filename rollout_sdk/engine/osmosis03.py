@@ -397,15 +397,17 @@ class Osmosis03Service:
             return self.status_of(record)  # its lease ran out and it ended at once
         if changed:
             return answer
-        answer = await self._wait_for_change(rollout_id, answer)
-        if answer.status not in FINAL_STATUSES:
+        waited = await self._wait_for_change(rollout_id, answer)
+        if waited.status != answer.status and waited.status not in FINAL_STATUSES:
+            # A new status in flight (queued to running): the next poll waits for a change
+            # from it, wherever it lands. (A final one is the record's own: nothing to keep.)
             await self.store.renew_poll(
                 rollout_id,
                 until=self.clock() + self.lease_seconds,
                 now=self.clock(),
-                seen=answer.status.value,
+                seen=waited.status.value,
             )
-        return answer
+        return waited
 
     async def _wait_for_change(
         self, rollout_id: str, answer: RolloutResultResponse
@@ -413,7 +415,9 @@ class Osmosis03Service:
         """The rollout's answer once its status is another than ``answer``'s, or ``answer``
         after the wait timeout."""
         ends = time.monotonic() + self.wait_seconds
-        while (left := ends - time.monotonic()) > 0:
+        # (A remainder under a millisecond is no wait: asyncio may wake a timeout that much
+        # early, and a read for it would be one more than a read per recheck.)
+        while (left := ends - time.monotonic()) > 0.001:
             await self.engine.board.wait(rollout_id, min(left, self.recheck_seconds))
             current = await self.store.get(rollout_id, now=self.clock())
             if current is None:  # expired meanwhile: unknown now, as for any later poll

@@ -209,10 +209,10 @@ def load(template_path: str | Path) -> dict[str, Any]:
     return load_template(template_path)
 
 
-def parse_overrides(pairs: list[str]) -> dict[str, str]:
+def parse_overrides(pairs: list[str], template: dict[str, Any] | None = None) -> dict[str, str]:
     """``NAME=VALUE`` tokens (as ``sam deploy --parameter-overrides`` takes them, each token
     possibly holding several separated by spaces) as a dict; ConfigurationError naming a token
-    without ``=``."""
+    without ``=``, or a name ``template`` has no parameter of."""
     overrides: dict[str, str] = {}
     for token in (t for pair in pairs for t in pair.split()):
         name, equals, value = token.partition("=")
@@ -222,6 +222,13 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
                 "Workflow=my_agent.workflow:MyWorkflow"
             )
         overrides[name] = value
+    known = (template or {}).get("Parameters", {})
+    unknown = sorted(set(overrides) - set(known)) if template is not None else []
+    if unknown:
+        raise ConfigurationError(
+            f"--parameter-overrides: the template has no parameter {', '.join(unknown)} "
+            f"(it has {', '.join(sorted(known))})"
+        )
     return overrides
 
 

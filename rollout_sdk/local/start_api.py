@@ -32,6 +32,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rollout_sdk.errors import InstanceThrottled
+
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
 
@@ -111,10 +113,6 @@ DEFAULT_MAX_INSTANCES = 16
 EXITED = {"errorType": "Runtime.ExitError", "errorMessage": "the function's instance exited"}
 
 
-class Throttled(Exception):
-    """The function runs as many instances as it may."""
-
-
 class Instance:
     """One emulated instance of a function: a process of its own that imported handler.py
     once (its cold start) and runs one invocation at a time (:mod:`rollout_sdk.local.instance`)."""
@@ -181,13 +179,13 @@ class LocalFunction:
                     return instance
             self.instances = [i for i in self.instances if i.alive]
             if len(self.instances) >= self.max_instances:
-                raise Throttled(self.logical_id)
+                raise InstanceThrottled(self.logical_id)
             instance = Instance(self.logical_id, self.env, self.timeout)
             self.instances.append(instance)
             return instance
 
     def invoke(self, event: Any, within: float | None = None) -> dict[str, Any] | None:
-        """One invocation: its answer, or None for a function error. Raises Throttled, and
+        """One invocation: its answer, or None for a function error. Raises InstanceThrottled, and
         TimeoutError past ``within`` (default: the function's timeout, and a second)."""
         instance = self._take()
         answer = instance.call(event, self.timeout + 1 if within is None else within)
@@ -232,7 +230,7 @@ class LocalApi:
             function = self.poll
         try:
             answer = function.invoke(event, INTEGRATION_TIMEOUT_SECONDS)
-        except Throttled:
+        except InstanceThrottled:
             return THROTTLED
         except TimeoutError:
             return TIMED_OUT
@@ -262,7 +260,7 @@ class LocalApi:
                 return
             try:
                 answer = self.worker.invoke(event)
-            except Throttled:
+            except InstanceThrottled:
                 error = {"errorType": "TooManyRequestsException", "errorMessage": "throttled"}
                 continue
             except TimeoutError:

@@ -407,8 +407,10 @@ async def test_health_needs_no_key_and_counts(server: Server) -> None:
 
 
 def _v1_part(body: dict[str, Any]) -> dict[str, Any]:
-    """v1's fields of /health (the rest is osmosis-ai 0.3.8's)."""
-    return {k: v for k, v in body.items() if k not in ("instance_id", "process_id", "lifecycle")}
+    """v1's fields of /health (the rest is osmosis-ai 0.3.8's, and which wires it serves)."""
+    assert body["protocols"] == ["v1"]  # a server of the agent loop alone
+    others = ("instance_id", "process_id", "lifecycle", "protocols")
+    return {k: v for k, v in body.items() if k not in others}
 
 
 async def test_key_is_required_under_a_root_path() -> None:

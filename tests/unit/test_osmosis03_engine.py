@@ -311,3 +311,42 @@ async def test_a_submit_past_the_live_limit_is_429_with_retry_after_and_stores_n
             pass  # each poll waits (on the worker's pulse) for the next change
         assert await services.store.count_polled(now=services.engine.clock()) == 1
         assert (await http.post("/rollout", json=_submit("live-3"), headers=AUTH)).is_success
+
+
+class _Counting(MemoryStore):
+    """Counts the reads and the lease renewals a poll makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+        self.renewals = 0
+
+    async def get(self, rollout_id: str, *, now: float) -> Any:
+        self.reads += 1
+        return await super().get(rollout_id, now=now)
+
+    async def renew_poll(self, rollout_id: str, **options: Any) -> Any:
+        self.renewals += 1
+        return await super().renew_poll(rollout_id, **options)
+
+
+async def test_a_poll_that_nothing_wakes_reads_once_per_recheck_and_renews_once() -> None:
+    """What a poll costs on Lambda, where the worker runs elsewhere: a read and a renewal, one
+    read per recheck for the wait, and no write more unless the status changed."""
+    store = _Counting()
+    async for http, services in _app(EchoAgent(), store=store):
+        osmosis03 = services.osmosis03
+        osmosis03.wait_seconds, osmosis03.recheck_seconds = 1.0, 0.25
+        accepted = await http.post("/rollout", json=_submit("count-1"), headers=AUTH)
+        lease = {**AUTH, POLLING_LEASE_HEADER: accepted.json()["polling_lease_token"]}
+        first = await http.get("/rollout/count-1/result", headers=lease)
+        assert first.json()["status"] == "running"  # a change from the 202's queued: at once
+        board = services.engine.board
+        while board.phase("count-1") is None:  # the worker has started (its pulse)
+            await board.wait("count-1", 5)
+        store.reads = store.renewals = 0
+        waited = await http.get("/rollout/count-1/result", headers=lease)
+        assert waited.json()["status"] == "running"  # nothing changed within the wait
+        # The record, then a read per recheck (4 in 1 s) and the one renewal; the worker here
+        # is idle (Waits), so nothing pulsed the poll early.
+        assert (store.reads, store.renewals) == (1 + 4, 1)

@@ -61,6 +61,15 @@ def add_arguments(invoke: argparse.ArgumentParser) -> None:
         ),
     )
     invoke.add_argument(
+        "--parameter-overrides",
+        metavar="NAME=VALUE",
+        nargs="+",
+        action="extend",
+        default=[],
+        help="template parameters as sam deploy --parameter-overrides takes them, e.g. "
+        "Workflow=my_agent.workflow:MyWorkflow (the re-drive then checks 0.3.8's leases too)",
+    )
+    invoke.add_argument(
         "--allowed-server-hosts",
         metavar="HOSTS",
         help=(
@@ -83,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         template = inv.load(args.template)
         logical_id = inv.resolve_function(template, args.function)
         event = inv.load_event(args.event)
+        inv.parse_overrides(args.parameter_overrides, template)  # a bad one is said before any work
     except ConfigurationError as exc:
         return fail(str(exc), 1)
     agent = inv.template_agent(template, args.agent)
@@ -105,7 +115,9 @@ def run(args: argparse.Namespace) -> int:
                 f"AllowedServerHosts={','.join(hosts)}",
                 file=sys.stderr,
             )
-        overrides = {"AllowedServerHosts": ",".join(hosts)} if hosts else None
+        overrides = inv.parse_overrides(args.parameter_overrides, template)
+        if hosts:
+            overrides["AllowedServerHosts"] = ",".join(hosts)
         env = inv.function_environment(template, logical_id, resources, overrides)
         handler = inv.import_handler(env)
         timeout = inv.function_timeout(template, logical_id)

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         template = inv.load(args.template)
         logical_id = inv.resolve_function(template, "ApiFunction")
-        overrides = inv.parse_overrides(args.parameter_overrides)
+        overrides = inv.parse_overrides(args.parameter_overrides, template)
         if args.allowed_server_hosts:
             overrides["AllowedServerHosts"] = args.allowed_server_hosts
         if args.agent:
