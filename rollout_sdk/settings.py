@@ -250,6 +250,9 @@ class LambdaSettings(BaseSettings):
     #: Lambda's own variables (the cost estimate's facts): the function's name and memory, and
     #: how its environment was initialised (on-demand, provisioned-concurrency, snap-start).
     function_name: str | None = Field(None, validation_alias="AWS_LAMBDA_FUNCTION_NAME")
+    #: The function's handler as Lambda names it (``handler.api``): which entry point this
+    #: environment runs.
+    handler: str | None = Field(None, validation_alias="_HANDLER")
     #: The function's published version (``$LATEST`` unpublished): with the table's name, the
     #: deployment's identity (``/health``'s ``process_id``).
     function_version: str = Field("$LATEST", validation_alias="AWS_LAMBDA_FUNCTION_VERSION")

@@ -138,6 +138,31 @@ def check_osmosis03(settings: RolloutSettings) -> None:
         )
 
 
+def check_workflow_modules(aws: LambdaSettings) -> None:
+    """Each of WORKFLOW, GRADER, WORKFLOW_CONFIG, GRADER_CONFIG names a module the build has,
+    found without running it; ConfigurationError naming the variable and the module."""
+    import importlib.util
+
+    for variable, spec in (
+        ("WORKFLOW", aws.workflow),
+        ("GRADER", aws.grader),
+        ("WORKFLOW_CONFIG", aws.workflow_config),
+        ("GRADER_CONFIG", aws.grader_config),
+    ):
+        if not spec:
+            continue
+        module = spec.partition(":")[0]
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package that does not import
+            found = False
+        if not found:
+            raise ConfigurationError(
+                f"{variable} is {spec}, but the build has no module {module}: put its folder "
+                "in AGENT_SOURCES (the template's parameter names it as module:attribute)"
+            )
+
+
 def check_deadlines(settings: RolloutSettings) -> None:
     """Refuse a rollout deadline the worker function cannot honour, and the durable worker
     beside the rollout queue."""
@@ -220,7 +245,14 @@ class LambdaRuntime:
             botocore_data=settings.aws.botocore_data,
         )
         runtime = cls(agent_loop, settings=settings, clients=clients)
-        _ = runtime.workflows  # a workflow that fails to load fails the cold start
+        if settings.aws.workflow:
+            # A workflow that fails to load fails the cold start of a function that runs it; an
+            # HTTP function only finds its modules (it never runs them: their imports are the
+            # worker's to pay).
+            if runtime.answers_http:
+                check_workflow_modules(settings.aws)
+            else:
+                _ = runtime.workflows
         runtime.init_seconds = init_duration(settings, measured=time.perf_counter() - started)
         return runtime
 
@@ -338,6 +370,19 @@ class LambdaRuntime:
         key_id = self.aws.callback_key_kms_key_id
         return KmsVault(key_id, client=lambda: self.clients.kms) if key_id else None
 
+    @property
+    def answers_http(self) -> bool:
+        """This environment runs the API or the poll function (``_HANDLER``), which take the
+        0.3.8 routes and hand each rollout to the worker: they never load the workflow."""
+        entry = (self.aws.handler or "").rpartition(".")[2]
+        return entry in {LambdaFunction.API.names.entry, LambdaFunction.POLL.names.entry}
+
+    @property
+    def workflow_names(self) -> tuple[str, str | None] | None:
+        """The workflow and grader the template names (``/health`` says them), or None."""
+        aws = self.aws
+        return (aws.workflow, aws.grader or None) if aws.workflow else None
+
     @cached_property
     def workflows(self) -> Workflows | None:
         """The osmosis-ai 0.3.8 workflow (and grader) WORKFLOW names, or None (v1 only)."""
@@ -381,7 +426,8 @@ class LambdaRuntime:
             costs=MeteredLedger(),
             hand_off=self._hand_off,
             clock=self.clock,
-            workflows=self.workflows,
+            # The worker runs the workflow; the HTTP functions never load it.
+            workflows=None if self.answers_http else self.workflows,
             process_id=deployment_id(self.aws),
         )
 
@@ -479,6 +525,7 @@ class LambdaRuntime:
             self.dispatcher,
             key_provider=self.server_keys,
             docs=self.aws.enable_docs,
+            workflow_names=self.workflow_names,
             recheck_seconds=LAMBDA_POLL_RECHECK_SECONDS,
         )
 

@@ -70,6 +70,10 @@ class AppServices:
     dispatcher: Dispatcher
     #: The osmosis-ai 0.3.8 routes' service, where a workflow is served.
     osmosis03: Osmosis03Service | None = None
+    #: The osmosis-ai 0.3.8 workflow and grader served, by name (``/health`` says them), where
+    #: one is: the engine's own, or on the Lambda API function, which never loads them (only
+    #: the worker runs them), the names the template gave.
+    workflow_names: tuple[str, str | None] | None = None
     #: What ``/health``'s lifecycle counts as active where the dispatcher runs nothing itself
     #: (the Lambda API function: the 0.3.8 rollouts in flight, the live index's count); None:
     #: the dispatcher's own count.
@@ -197,11 +201,11 @@ def _add_routes(
     async def init_rollout(request: RolloutRequest) -> InitResponse:
         return await service.init(request)
 
-    workflows = services.engine.workflows
+    names = services.workflow_names
     # Which wires this server answers: v1's unless it serves a 0.3.8 workflow alone.
     protocols = [
         *([] if isinstance(agent_loop, NoV1AgentLoop) else [PROTOCOL_NAMES["v1"]]),
-        *([] if workflows is None else [PROTOCOL_NAMES["osmosis03"]]),
+        *([] if names is None else [PROTOCOL_NAMES["osmosis03"]]),
     ]
 
     async def health_body() -> dict[str, Any]:
@@ -219,9 +223,8 @@ def _add_routes(
             "lifecycle": {"accepting_rollouts": lifecycle.accepting, "active_rollouts": active},
         }
         body["protocols"] = protocols
-        if workflows is not None:
-            body["workflow"] = workflows.name
-            body["grader"] = workflows.grader_name
+        if names is not None:
+            body["workflow"], body["grader"] = names
         return body
 
     @app.get("/v1/rollout/{rollout_id}")
@@ -347,8 +350,13 @@ def local_app(
 
         osmosis03 = Osmosis03Service.for_engine(service, engine)
         serving.append(("0.3.8 polling leases", osmosis03.leases.watch_leases))
+    workflows = engine.workflows
     services = AppServices(
-        service=service, engine=engine, dispatcher=engine.dispatcher, osmosis03=osmosis03
+        service=service,
+        engine=engine,
+        dispatcher=engine.dispatcher,
+        osmosis03=osmosis03,
+        workflow_names=None if workflows is None else (workflows.name, workflows.grader_name),
     )
     return build_app(
         agent_loop,
@@ -370,19 +378,21 @@ def lambda_api_app(
     *,
     key_provider: KeyProvider,
     docs: bool,
+    workflow_names: tuple[str, str | None] | None = None,
     recheck_seconds: float = 2.0,
 ) -> FastAPI:
     """The Lambda API function: init hands each rollout to ``dispatcher`` (another function),
     and nothing runs after a response (no timers: the re-drive and the failure destination are
     functions of their own; a 0.3.8 polling lease that runs out is found by the next poll and
-    the re-drive's pass). Where the engine serves a workflow, the 0.3.8 routes too, their polls
+    the re-drive's pass). Where the deployment serves a workflow (``workflow_names``: it runs
+    in the worker function, so this one never imports it), the 0.3.8 routes too, their polls
     reading the record every ``recheck_seconds`` (nothing in this function hears the worker)
     and ``/health`` counting the live index. The callback key is sealed only when a response is parked, and
     the cold start builds only the models its routes declare (the worker's final responses and
     chat completions are built when first used)."""
     service = RolloutService(agent_loop, engine.store, dispatcher, engine.settings, engine=engine)
     osmosis03 = None
-    if engine.workflows is not None:
+    if workflow_names is not None:
         # Here: only a deployment that serves a workflow loads the 0.3.8 modules.
         from rollout_sdk.engine.osmosis03 import Osmosis03Service
 
@@ -392,6 +402,7 @@ def lambda_api_app(
         engine=engine,
         dispatcher=dispatcher,
         osmosis03=osmosis03,
+        workflow_names=workflow_names,
         active=None if osmosis03 is None else osmosis03.active,
     )
     return build_app(agent_loop, services, key_provider=key_provider, docs=docs)

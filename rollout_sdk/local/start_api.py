@@ -328,10 +328,13 @@ def local_stack(
     as deployed with ``overrides`` (each instance's environment: this process's, then the
     function's, then ``env_vars``' ``Parameters`` and its own, as sam local's --env-vars).
     ConfigurationError for a parameter the template does not have."""
-    from rollout_sdk.local.invoke import function_environment, function_timeout
+    from rollout_sdk.local.invoke import ENTRY_POINTS, function_environment, function_timeout
 
     def function(logical_id: str) -> LocalFunction:
         env = {**os.environ, **function_environment(template, logical_id, resources, overrides)}
+        # As Lambda sets it: handler.py imports its entry point's module at the cold start, and
+        # the HTTP functions know they never run the workflow.
+        env["_HANDLER"] = f"handler.{ENTRY_POINTS[logical_id]}"
         env.update((env_vars or {}).get("Parameters", {}))
         env.update((env_vars or {}).get(logical_id, {}))
         timeout = function_timeout(template, logical_id)

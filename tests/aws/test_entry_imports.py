@@ -64,7 +64,9 @@ assert answer["statusCode"] == 200, answer
 """
 
 
-def _fresh(entry: str, statement: str) -> ImportProbe:
+def _fresh(
+    entry: str, statement: str, variables: dict[str, str] | None = None, *, ok: bool = True
+) -> ImportProbe:
     env = fake_aws_env(
         {
             "_HANDLER": f"handler.{entry}",
@@ -77,11 +79,12 @@ def _fresh(entry: str, statement: str) -> ImportProbe:
             # Nothing answers here: a call to AWS fails at once, never leaving the machine.
             "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
             "AWS_MAX_ATTEMPTS": "1",
+            **(variables or {}),
         },
         clean=True,
     )
     probe = probe_import(statement, env=env, cwd=ROOT, timeout=120)
-    assert probe.ok, probe.error
+    assert probe.ok is ok, probe.error
     return probe
 
 
@@ -137,3 +140,26 @@ def test_a_chat_call_needs_neither_httpcore_nor_h11() -> None:
     probe = _fresh("worker", _CHAT)
     assert probe.loaded(["aiohttp", "httpx"])  # the call went through the kit's stack
     assert probe.loaded(["httpcore", "h11"]) == []
+
+
+#: A deploy with a Workflow, as template.yaml sets its variables.
+WORKFLOW_DEPLOY = {
+    "WORKFLOW": "examples.osmosis03.workflow:AnswerWorkflow",
+    "GRADER": "examples.osmosis03.workflow:ContainsLabel",
+    "ROLLOUT_SDK_OSMOSIS03_RESULT_WAIT_SECONDS": "20",
+}
+
+
+@pytest.mark.parametrize("entry", ["api", "poll"])
+def test_the_http_functions_never_import_the_workflow_only_the_worker_does(entry: str) -> None:
+    served = _fresh(entry, "import handler", WORKFLOW_DEPLOY)
+    assert served.loaded(["examples.osmosis03.workflow"]) == []
+    assert served.loaded(NOT_AT_IMPORT[entry]) == []
+    worker = _fresh("worker", "import handler", WORKFLOW_DEPLOY)
+    assert worker.loaded(["examples.osmosis03.workflow"])  # at its cold start
+
+
+def test_an_http_function_finds_a_missing_workflow_module_at_its_cold_start() -> None:
+    missing = {**WORKFLOW_DEPLOY, "GRADER": "examples.nowhere:Grader"}
+    probe = _fresh("api", "import handler", missing, ok=False)
+    assert "GRADER is examples.nowhere:Grader, but the build has no module" in (probe.error or "")

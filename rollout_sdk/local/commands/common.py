@@ -1,7 +1,9 @@
-"""What the commands share: the error line and the keys of the settings."""
+"""What the commands share: the error line, the keys of the settings, the template's
+parameter overrides."""
 
 from __future__ import annotations
 
+import argparse
 from typing import TYPE_CHECKING
 
 from rollout_sdk.local import report
@@ -20,3 +22,15 @@ def secret(value: SecretStr | None) -> str:
 def fail(message: str, code: int = 2) -> int:
     """``rollout-sdk: error: MESSAGE`` on stderr; ``code``, the exit status."""
     return report.fail(PROG, message, code)
+
+
+def add_parameter_overrides(parser: argparse.ArgumentParser, example: str) -> None:
+    """``--parameter-overrides NAME=VALUE ...``, as ``sam deploy`` takes them."""
+    parser.add_argument(
+        "--parameter-overrides",
+        metavar="NAME=VALUE",
+        nargs="+",
+        action="extend",
+        default=[],
+        help=f"template parameters as sam deploy --parameter-overrides takes them, e.g. {example}",
+    )

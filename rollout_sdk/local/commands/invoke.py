@@ -8,7 +8,7 @@ import sys
 from typing import Any
 from urllib.parse import urlsplit
 
-from rollout_sdk.local.commands.common import fail
+from rollout_sdk.local.commands.common import add_parameter_overrides, fail
 
 NAME = "invoke"
 HELP = "run a Lambda handler on an event file, without a container engine"
@@ -60,13 +60,8 @@ def add_arguments(invoke: argparse.ArgumentParser) -> None:
             "and add it to AllowedServerHosts"
         ),
     )
-    invoke.add_argument(
-        "--parameter-overrides",
-        metavar="NAME=VALUE",
-        nargs="+",
-        action="extend",
-        default=[],
-        help="template parameters as sam deploy --parameter-overrides takes them, e.g. "
+    add_parameter_overrides(
+        invoke,
         "Workflow=my_agent.workflow:MyWorkflow (the re-drive then checks 0.3.8's leases too)",
     )
     invoke.add_argument(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rollout_sdk.local.commands.common import fail
+from rollout_sdk.local.commands.common import add_parameter_overrides, fail
 from rollout_sdk.local.start_api import DEFAULT_MAX_INSTANCES
 
 NAME = "start-api"
@@ -48,14 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the server key stored in the emulator's secret, which every call but /health "
         "must send as 'Authorization: Bearer KEY' (default local-server-key, as in events/)",
     )
-    parser.add_argument(
-        "--parameter-overrides",
-        metavar="NAME=VALUE",
-        nargs="+",
-        action="extend",
-        default=[],
-        help="template parameters as sam deploy --parameter-overrides takes them, e.g. "
-        "Workflow=my_agent.workflow:MyWorkflow Grader=my_agent.workflow:MyGrader",
+    add_parameter_overrides(
+        parser, "Workflow=my_agent.workflow:MyWorkflow Grader=my_agent.workflow:MyGrader"
     )
     parser.add_argument(
         "--env-vars",
