@@ -207,8 +207,9 @@ class LambdaSettings(BaseSettings):
 
     agent_loop: str | None = Field(None, validation_alias="AGENT_LOOP")
     #: The osmosis-ai 0.3.8 workflow (and grader, and each one's config instance) to serve
-    #: beside the agent loop, each ``module:attribute`` (the template's Workflow, Grader,
-    #: WorkflowConfig, GraderConfig parameters); unset or empty: v1 only.
+    #: beside the agent loop, each ``module:attribute`` (the template's Workflow and Grader
+    #: parameters; the configs have none, and are read when set by hand); unset or empty: v1
+    #: only.
     workflow: str | None = Field(None, validation_alias="WORKFLOW")
     grader: str | None = Field(None, validation_alias="GRADER")
     workflow_config: str | None = Field(None, validation_alias="WORKFLOW_CONFIG")

@@ -248,11 +248,12 @@ class LambdaRuntime:
         if settings.aws.workflow:
             # A workflow that fails to load fails the cold start of a function that runs it; an
             # HTTP function only finds its modules (it never runs them: their imports are the
-            # worker's to pay).
-            if runtime.answers_http:
-                check_workflow_modules(settings.aws)
-            else:
+            # worker's to pay), and the recovery functions neither (they settle a 0.3.8
+            # rollout without it).
+            if runtime.runs_workflows:
                 _ = runtime.workflows
+            elif runtime.answers_http:
+                check_workflow_modules(settings.aws)
         runtime.init_seconds = init_duration(settings, measured=time.perf_counter() - started)
         return runtime
 
@@ -378,6 +379,14 @@ class LambdaRuntime:
         return entry in {LambdaFunction.API.names.entry, LambdaFunction.POLL.names.entry}
 
     @property
+    def runs_workflows(self) -> bool:
+        """This environment runs rollouts (the worker or the queue worker), or is no one
+        function's (``rollout-sdk invoke``, tests: ``_HANDLER`` unset): it loads the workflow."""
+        entry = (self.aws.handler or "").rpartition(".")[2]
+        workers = {LambdaFunction.WORKER.names.entry, LambdaFunction.QUEUE_WORKER.names.entry}
+        return not entry or entry in workers
+
+    @property
     def workflow_names(self) -> tuple[str, str | None] | None:
         """The workflow and grader the template names (``/health`` says them), or None."""
         aws = self.aws
@@ -426,8 +435,8 @@ class LambdaRuntime:
             costs=MeteredLedger(),
             hand_off=self._hand_off,
             clock=self.clock,
-            # The worker runs the workflow; the HTTP functions never load it.
-            workflows=None if self.answers_http else self.workflows,
+            # The workers run the workflow; the other functions never load it.
+            workflows=self.workflows if self.runs_workflows else None,
             process_id=deployment_id(self.aws),
         )
 

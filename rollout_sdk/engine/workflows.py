@@ -127,7 +127,9 @@ class WorkflowRunner:
         self.workflows = workflows
         self.board = board
         self.clock = clock
-        #: ``/health``'s process_id, which every RolloutContext carries (as 0.3.8's does).
+        #: The process's id, which every RolloutContext carries (as 0.3.8's does): on the local
+        #: server ``/health``'s; on Lambda this function's deployment id (its own version's,
+        #: so not the API function's, which ``/health`` answers with).
         self.process_id = process_id
         limit = (
             workflows.workflow_config.concurrency.max_concurrent

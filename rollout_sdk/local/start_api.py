@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -108,6 +109,8 @@ POLL_ROUTE = re.compile(r"^/rollout/[^/]+/result$")
 #: How many instances of one function run at once by default (Lambda's account limit is
 #: 1,000; each instance here is a process).
 DEFAULT_MAX_INSTANCES = 16
+#: How long a throttled asynchronous invocation waits before it is tried again.
+THROTTLED_RETRY_SECONDS = 1.0
 #: What a worker's failure record says when its instance died (Lambda's word for a runtime that
 #: exited during an invocation).
 EXITED = {"errorType": "Runtime.ExitError", "errorMessage": "the function's instance exited"}
@@ -170,9 +173,12 @@ class LocalFunction:
     instances: list[Instance] = field(default_factory=list)
     _idle: list[Instance] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _stopped: bool = False
 
     def _take(self) -> Instance:
         with self._lock:
+            if self._stopped:
+                raise InstanceThrottled(f"{self.logical_id} is stopping")
             while self._idle:
                 instance = self._idle.pop()
                 if instance.alive:
@@ -195,7 +201,11 @@ class LocalFunction:
         return answer
 
     def stop(self) -> None:
-        for instance in self.instances:
+        """Stop every instance; none starts after this."""
+        with self._lock:
+            self._stopped = True
+            instances = list(self.instances)
+        for instance in instances:
             instance.stop()
 
 
@@ -219,6 +229,11 @@ class LocalApi:
     redrive_every: float | None = None
     _threads: list[threading.Thread] = field(default_factory=list)
     _stopping: threading.Event = field(default_factory=threading.Event)
+    _executor: ThreadPoolExecutor = field(init=False)
+
+    def __post_init__(self) -> None:
+        requests = self.api.max_instances + (self.poll.max_instances if self.poll else 0)
+        self._executor = ThreadPoolExecutor(requests, thread_name_prefix="rollout-sdk-request")
 
     def invoke_api(self, event: dict[str, Any]) -> Any:
         """One invocation of the function API Gateway routes the request to (the poll function
@@ -251,35 +266,37 @@ class LocalApi:
         return thread
 
     def _run_async(self, event: dict[str, Any]) -> None:
-        """As Lambda runs an asynchronous invocation: tried again after a function error (or a
-        throttle), at most ``retries`` times, then the failure destination gets the record."""
+        """As Lambda runs an asynchronous invocation: a throttled one waits and is tried again
+        (Lambda keeps it for up to its maximum event age, not counting it as a retry); after a
+        function error it is tried again at most ``retries`` times, then the failure
+        destination gets the record."""
         error: dict[str, Any] = EXITED
         attempts = 0
-        for attempts in range(1, self.retries + 2):  # noqa: B007 - counted for the record
-            if self._stopping.is_set():
-                return
+        while attempts <= self.retries and not self._stopping.is_set():
             try:
                 answer = self.worker.invoke(event)
             except InstanceThrottled:
-                error = {"errorType": "TooManyRequestsException", "errorMessage": "throttled"}
+                self._stopping.wait(THROTTLED_RETRY_SECONDS)
                 continue
             except TimeoutError:
                 error = {
                     "errorType": "Sandbox.Timedout",
                     "errorMessage": f"Task timed out after {self.worker.timeout:g} seconds",
                 }
+                attempts += 1
                 continue
             if answer is not None:
                 return
+            attempts += 1
         if self.on_failure is not None and not self._stopping.is_set():
-            self.on_failure.invoke(failure_record(event, error, attempts))
+            _logged(self.on_failure, failure_record(event, error, attempts))
 
     def run_schedule(self) -> None:
         """The re-drive on its schedule, until :meth:`close`."""
         if self.redrive is None or not self.redrive_every:
             return
         while not self._stopping.wait(self.redrive_every):
-            answer = self.redrive.invoke({})
+            answer = _logged(self.redrive, {})
             if answer is not None:
                 self._hand_off(answer)
 
@@ -296,6 +313,7 @@ class LocalApi:
         for function in (self.api, self.poll, self.worker, self.on_failure, self.redrive):
             if function is not None:
                 function.stop()
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -311,7 +329,12 @@ class LocalApi:
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
-        result = await asyncio.to_thread(self.invoke_api, http_api_event(scope, body))
+        # A thread per request in flight, as many as the instances that may answer them (the
+        # default executor's few would queue requests that Lambda would run at once).
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(
+            self._executor, self.invoke_api, http_api_event(scope, body)
+        )
         await _answer(send, result)
 
 
@@ -361,6 +384,19 @@ def local_stack(
         retries=retries,
         redrive_every=redrive_every or None,
     )
+
+
+def _logged(function: LocalFunction, event: Any) -> dict[str, Any] | None:
+    """An invocation made by a thread of this command (a failure destination's, a scheduled
+    one): its answer, or None after saying on stderr why there is none (the thread goes on)."""
+    try:
+        answer = function.invoke(event)
+    except (InstanceThrottled, TimeoutError) as exc:
+        print(f"rollout-sdk: {function.logical_id} not invoked: {exc!r}", file=sys.stderr)
+        return None
+    if answer is None:
+        print(f"rollout-sdk: {function.logical_id} failed (see its log above)", file=sys.stderr)
+    return answer
 
 
 def failure_record(event: dict[str, Any], error: dict[str, Any], attempts: int) -> dict[str, Any]:

@@ -661,8 +661,11 @@ def _finished_on(attempt: int) -> Guard:
 def _delivery_over(
     delivery_attempts: int, expires_at: int, now: float, extra: dict[str, Any] | None
 ) -> Update:
-    # What delivered and undeliverable share: the key is no longer needed, nor the lease.
+    # What delivered and undeliverable share: the key is no longer needed, nor the lease (nor
+    # a polling lease, which finish and settle clear already; a record finished by an older
+    # kit may still hold one, and must not come back into the live index).
     return Update(
+        poll_until=None,
         sealed_key=None,
         next_attempt_at=None,
         due_at=None,

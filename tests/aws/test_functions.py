@@ -4,6 +4,7 @@ users and dashboards see stay the ones they have seen."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rollout_sdk.aws.runtime import DURABLE_EXECUTION_TIMEOUT_SECONDS, DURABLE_RETENTION_DAYS
@@ -113,3 +114,31 @@ def test_the_durable_workers_config_is_what_the_kit_reckons_with() -> None:
     ]
     assert config["ExecutionTimeout"] == DURABLE_EXECUTION_TIMEOUT_SECONDS
     assert config["RetentionPeriodInDays"] == DURABLE_RETENTION_DAYS
+
+
+#: Long but plausible values of the parameters a VersionDescription carries: module paths of
+#: about 40 characters, a named secret, two allowed hosts.
+LONG_VALUES = {
+    "AgentLoop": "my_team.arithmetic.agent_loop:agent_loop",
+    "Workflow": "my_team.arithmetic.workflow:AnswerWorkflow",
+    "Grader": "my_team.arithmetic.workflow:ContainsLabel",
+    "McpFolder": "",
+    "AllowedServerHosts": "traingate.example.com:8443,10.0.12.7",
+    "Secret": "rollout-sdk-prod-server-key-AbCdEf",
+    "Serves": "osmosis-ai-0.3.8",
+    "Layer": "12",
+    "DurableLayer": "3",
+}
+
+
+def test_every_version_description_fits_lambdas_256_characters() -> None:
+    """Lambda refuses a version description over 256 characters, which would fail the deploy:
+    each function's, with the template's defaults and long values of the free-text ones."""
+    template = load_template(ROOT / "template.yaml")
+    defaults = {name: str(spec.get("Default", "")) for name, spec in template["Parameters"].items()}
+    values = {**defaults, **LONG_VALUES, "SnapStart": "PublishedVersions", "Tracing": "subsegments"}
+    for function in LambdaFunction:
+        properties = template["Resources"][function.names.logical_id]["Properties"]
+        text = properties["VersionDescription"]["Fn::Sub"][0]
+        described = re.sub(r"\$\{(\w+)\}", lambda m: values[m.group(1)], text)
+        assert len(described) <= 256, (function.names.logical_id, len(described), described)

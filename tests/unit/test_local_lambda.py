@@ -143,3 +143,18 @@ def test_a_parameter_the_template_lacks_is_named_with_those_it_has() -> None:
         ConfigurationError, match=r"no parameter Wrkflow \(it has Grader, Workflow\)"
     ):
         parse_overrides(["Wrkflow=a:B"], template)
+
+
+def test_a_throttled_hand_off_waits_and_is_tried_again_without_counting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("rollout_sdk.local.start_api.THROTTLED_RETRY_SECONDS", 0.01)
+    job = {"rollout_id": "r-3", "attempt": 1, "api_key": "k"}
+    throttled = InstanceThrottled("WorkerFunction")
+    worker = Scripted("WorkerFunction", throttled, throttled, None, None, None)
+    destination = Scripted("WorkerFailureFunction")
+    local = LocalApi(api=Scripted("ApiFunction"), worker=worker, on_failure=destination, retries=2)
+    local.start_worker(job).join(10)
+    assert len(worker.events) == 5  # two throttles, then the try and its two retries
+    (record,) = destination.events
+    assert record["requestContext"]["approximateInvokeCount"] == 3

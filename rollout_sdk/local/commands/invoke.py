@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from rollout_sdk.local.commands.common import add_parameter_overrides, fail
+from rollout_sdk.stack import LambdaFunction
 
 NAME = "invoke"
 HELP = "run a Lambda handler on an event file, without a container engine"
@@ -26,7 +27,8 @@ def add_arguments(invoke: argparse.ArgumentParser) -> None:
     invoke.add_argument(
         "function",
         metavar="FUNCTION",
-        help="logical id in template.yaml (ApiFunction, WorkerFunction) or alias (api, worker)",
+        help="a function of template.yaml by its logical id or alias: "
+        + ", ".join(f"{f.names.logical_id} ({f.names.dimension})" for f in LambdaFunction),
     )
     invoke.add_argument("event", metavar="EVENT_FILE", help="JSON event, e.g. events/init.json")
     invoke.add_argument(
