@@ -11,9 +11,26 @@ import importlib
 import inspect
 import os
 import sys
+import traceback
 from typing import Any
 
 from rollout_sdk.errors import ConfigurationError
+
+
+def _import_failed(module_name: str, spec: str, exc: BaseException) -> str:
+    """What went wrong importing ``module_name``: the error, and the last line of the user's
+    code it came from (``rollout-sdk --debug`` shows the whole traceback)."""
+    kit = os.path.dirname(os.path.abspath(__file__))
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    # The last line of the user's own code: the kit's (an author API's check) says less.
+    theirs = [f for f in frames if not os.path.abspath(f.filename).startswith(kit)] or frames
+    where = f" at {theirs[-1].filename}:{theirs[-1].lineno}" if theirs else ""
+    missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+    fix = f"install {missing} (the agent's requirements.txt)" if missing else "fix the module"
+    return (
+        f"importing module {module_name!r} for {spec!r} failed: "
+        f"{exc.__class__.__name__}: {exc}{where}; {fix} (--debug shows the traceback)"
+    )
 
 
 def load_object(spec: str) -> Any:
@@ -40,7 +57,9 @@ def load_object(spec: str) -> Any:
                 f"cannot import module {module_name!r} for agent {spec!r}: {exc} "
                 f"(run from the folder that contains it; current folder: {cwd})"
             ) from exc
-        raise
+        raise ConfigurationError(_import_failed(module_name, spec, exc)) from exc
+    except Exception as exc:  # the module's own code failed: its error, where, and the fix
+        raise ConfigurationError(_import_failed(module_name, spec, exc)) from exc
     target: Any = module
     for part in attr_path.split("."):
         try:

@@ -20,6 +20,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rollout-sdk",
         description="Run remote-rollout agent loops for RL training: locally, or on AWS Lambda.",
     )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="on a failure, print the traceback of its cause too (before the one-line message)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         subparser = sub.add_parser(command.NAME, help=command.HELP, description=command.DESCRIPTION)
@@ -30,9 +35,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``rollout-sdk``."""
+    from rollout_sdk.local import report
+
     parser = build_parser()
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    report.DEBUG = bool(args.debug)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # what no command expected: one line, the traceback on --debug
+        if report.DEBUG:
+            raise
+        where = f" ({exc.__class__.__module__}.{exc.__class__.__qualname__})"
+        return report.fail(
+            "rollout-sdk",
+            f"{exc or exc.__class__.__name__}{where}; run with --debug for the traceback",
+            1,
+        )
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -31,8 +31,17 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(rank, len(ordered)) - 1]
 
 
+#: ``rollout-sdk --debug``: a failure also prints the traceback of what caused it.
+DEBUG = False
+
+
 def fail(command: str, message: str, code: int = 1) -> int:
-    """Say ``rollout-sdk COMMAND: error: MESSAGE`` on stderr; ``code``, the exit status."""
+    """Say ``rollout-sdk COMMAND: error: MESSAGE`` on stderr; ``code``, the exit status. Under
+    ``--debug``, called while an exception is handled, its traceback comes first."""
+    if DEBUG and sys.exc_info()[1] is not None:
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
     print(f"{command}: error: {message}", file=sys.stderr)
     return code
 

@@ -63,6 +63,30 @@ def test_validate_names_a_missing_module(tmp_path: Path) -> None:
     assert "no_such_module" in result.stderr
 
 
+def test_an_agent_module_that_fails_to_import_is_one_line_naming_where(tmp_path: Path) -> None:
+    (tmp_path / "broken_agent.py").write_text("import os\nimport not_installed_pkg\n")
+    (tmp_path / "nameless_agent.py").write_text(
+        "from rollout_sdk import RolloutAgentLoop\n\n"
+        "class Nameless(RolloutAgentLoop):\n    name = ''\n\n"
+        "    def get_tools(self, request):\n        return []\n\n"
+        "    async def run(self, ctx):\n        return None\n\n"
+        "agent_loop = Nameless()\n"
+    )
+    broken = run_cli("validate", "broken_agent:agent_loop", cwd=tmp_path)
+    assert broken.returncode == 1
+    (line,) = broken.stderr.strip().splitlines()  # one line, no traceback
+    assert "No module named 'not_installed_pkg'" in line and "broken_agent.py:2" in line
+    assert "install not_installed_pkg" in line and "--debug" in line
+    nameless = run_cli("validate", "nameless_agent:agent_loop", cwd=tmp_path)
+    (line,) = nameless.stderr.strip().splitlines()
+    assert "non-empty class attribute 'name'" in line and "nameless_agent.py:3" in line
+    # --debug shows the traceback before the same line.
+    debug = run_cli("--debug", "validate", "nameless_agent:agent_loop", cwd=tmp_path)
+    assert debug.returncode == 1
+    assert "Traceback (most recent call last)" in debug.stderr
+    assert debug.stderr.strip().splitlines()[-1] == line
+
+
 def test_serve_answers_health_and_guards_platform_health(tmp_path: Path) -> None:
     with ServerProcess(store="sqlite", state_dir=tmp_path, server_key="cli-key") as server:
         health = httpx.get(f"{server.url}/health", timeout=5)

@@ -187,15 +187,21 @@ def test_class_needing_arguments_asks_for_an_instance(agent_dir: Path) -> None:
 
 def test_missing_dependency_of_the_agent_module_is_not_hidden(agent_dir: Path) -> None:
     write_module(agent_dir, "rl_loader_agent_d", "import rl_loader_missing_dependency\n")
-    with pytest.raises(ModuleNotFoundError) as caught:
+    with pytest.raises(ConfigurationError) as caught:
         load_object("rl_loader_agent_d:agent")
-    assert caught.value.name == "rl_loader_missing_dependency"
+    # The real error, named, with the fix: not "cannot import module rl_loader_agent_d".
+    assert "No module named 'rl_loader_missing_dependency'" in str(caught.value)
+    assert "install rl_loader_missing_dependency" in str(caught.value)
+    cause = caught.value.__cause__
+    assert isinstance(cause, ModuleNotFoundError) and cause.name == "rl_loader_missing_dependency"
 
 
 def test_missing_dependency_whose_name_prefixes_the_module_is_not_hidden(agent_dir: Path) -> None:
     # The agent module "rl_loader_dep_agent" exists but imports the missing "rl_loader_dep":
     # the error must be the real one, not "cannot import module rl_loader_dep_agent".
     write_module(agent_dir, "rl_loader_dep_agent", "import rl_loader_dep\n")
-    with pytest.raises(ModuleNotFoundError) as caught:
+    with pytest.raises(ConfigurationError) as caught:
         load_object("rl_loader_dep_agent:agent")
-    assert caught.value.name == "rl_loader_dep"
+    assert "No module named 'rl_loader_dep'" in str(caught.value)
+    cause = caught.value.__cause__
+    assert isinstance(cause, ModuleNotFoundError) and cause.name == "rl_loader_dep"
