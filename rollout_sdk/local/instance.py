@@ -11,7 +11,6 @@ writes (its log lines, its metrics) goes to stderr, so stdout carries only the a
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import Any
 
@@ -19,14 +18,10 @@ from typing import Any
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     logical_id, timeout = args[0], float(args[1])
-    # The answers get a descriptor of their own; fd 1 becomes stderr before anything is
-    # imported, so that Powertools' logger (which writes to sys.stdout) logs there.
-    answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    os.dup2(2, 1)
-    # Line by line, as Lambda's log stream takes them: nothing is left in a buffer when the
-    # instance is stopped.
-    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    from rollout_sdk.local.invoke import import_handler, invoke
+    from rollout_sdk.local.invoke import import_handler, invoke, results_channel
+
+    # The answers alone on stdout, before anything logs (Powertools' logger writes to sys.stdout).
+    answers = results_channel()
 
     module = import_handler({})
     for line in sys.stdin:

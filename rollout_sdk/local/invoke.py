@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from rollout_sdk.errors import ConfigurationError
 from rollout_sdk.local.emulator import EmbeddedMoto, LocalResources, load_template, provision
@@ -152,6 +152,20 @@ def load_event(path: str | Path) -> Any:
         raise ConfigurationError(
             f"event file {path} is not JSON: line {exc.lineno}: {exc.msg}"
         ) from exc
+
+
+def results_channel() -> TextIO:
+    """This process's stdout for results alone: a stream on it is returned, and file
+    descriptor 1 becomes stderr, line-buffered, so everything else written there (Powertools'
+    log lines and metrics, which write to ``sys.stdout``) goes to stderr. Call it before
+    ``handler.py`` is imported (its logger keeps the stream it was given)."""
+    results = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    # Line by line, as Lambda's log stream takes them: nothing is left in a buffer when the
+    # process is stopped.
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    return results
 
 
 def import_handler(environment: dict[str, str], module: str = "handler") -> Any:

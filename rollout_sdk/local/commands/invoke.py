@@ -18,7 +18,8 @@ DESCRIPTION = (
     "the function's environment is resolved from the template and set in this "
     "process's environment (over variables of the same name), handler.py is imported "
     "in this process, and AWS is an embedded moto server on 127.0.0.1 (started and "
-    "stopped by this command) unless --endpoint is given. Prints the handler's result."
+    "stopped by this command) unless --endpoint is given. Prints the handler's result as JSON, "
+    "alone on stdout (with --follow, the worker's after it); logs and metrics go to stderr."
 )
 
 
@@ -93,6 +94,9 @@ def run(args: argparse.Namespace) -> int:
     except ConfigurationError as exc:
         return fail(str(exc), 1)
     agent = inv.template_agent(template, args.agent)
+    # The result alone on stdout (a pipe takes it); the functions' log lines and metrics, and
+    # the emulator's, go to stderr.
+    results = inv.results_channel()
     stack: inv.EmulatedStack | None = None
     standin_server = None
     endpoint = args.endpoint or "the embedded moto server"
@@ -119,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         handler = inv.import_handler(env)
         timeout = inv.function_timeout(template, logical_id)
         call = inv.invoke(handler, logical_id, event, timeout_seconds=timeout)
-        print(json.dumps(call.result, indent=2, default=str))
+        print(json.dumps(call.result, indent=2, default=str), file=results, flush=True)
         for worker_event in call.dispatched:
             shown = {**worker_event, "api_key": mask(worker_event.get("api_key"))}
             print(
@@ -130,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
                 followed = inv.invoke(
                     handler, "WorkerFunction", worker_event, timeout_seconds=worker_timeout
                 )
-                print(json.dumps(followed.result, indent=2, default=str))
+                print(json.dumps(followed.result, indent=2, default=str), file=results, flush=True)
         if standin_server is not None:
             standin = standin_server[0]
             for rollout_id, bodies in standin.completions.items():
