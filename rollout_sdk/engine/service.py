@@ -245,9 +245,15 @@ class RolloutService:
                 if incoming.slot.startswith("key:")
                 else f"rollout_id {incoming.rollout_id!r}"
             )
+            fix = (
+                "a new rollout needs a new idempotency_key and its own rollout_id"
+                if incoming.slot.startswith("key:")
+                else "a new rollout needs a rollout_id of its own"
+            )
             raise IdempotencyConflict(
                 f"{what} was already used by a different request; fields that differ: "
-                f"{', '.join(fields)}. Use a new idempotency_key for a new rollout.",
+                f"{', '.join(fields)}. Sending the same request again is answered with the "
+                f"stored 202; {fix}.",
                 fields,
             )
         raise IdempotencyConflict(

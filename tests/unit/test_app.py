@@ -153,6 +153,7 @@ async def test_same_idempotency_key_different_request_is_409_naming_fields(
     assert body["fields"] == ["messages", "rollout_id"]
     assert "messages" in body["detail"]
     assert "idempotency_key 'k'" in body["detail"]
+    assert "a new idempotency_key and its own rollout_id" in body["detail"]
     assert len(server.dispatcher.jobs) == 1
 
 
@@ -161,7 +162,13 @@ async def test_same_rollout_id_without_key_different_request_is_409(server: Serv
     second = await server.init(max_turns=3)
     assert second.status_code == 409
     assert second.json()["fields"] == ["max_turns"]
-    assert "rollout_id 'rollout-1'" in second.json()["detail"]
+    detail = second.json()["detail"]
+    assert "rollout_id 'rollout-1'" in detail
+    # The advice is what works: a rollout_id of its own (a new idempotency_key would be
+    # another 409, the rollout_id being taken).
+    assert "a rollout_id of its own" in detail and "idempotency_key" not in detail
+    assert (await server.init(idempotency_key="new", max_turns=3)).status_code == 409
+    assert (await server.init(rollout_id="rollout-2", max_turns=3)).status_code == 202
 
 
 async def test_same_rollout_id_under_another_idempotency_key_is_409(server: Server) -> None:
