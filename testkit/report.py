@@ -62,7 +62,7 @@ def render(
         f"{sums['lost']} lost, {sums['duplicated']} duplicated, {sums['resent']} re-sent after "
         "a lost acknowledgement",
         "",
-        "Definitions (issue 4): *lost*: TrainGate never received a final response. "
+        "Definitions: *lost*: TrainGate never received a final response. "
         "*Duplicated*: a final response sent again after one attempt got a 2xx, two different "
         "final responses, or an agent run twice for one rollout (each run sends its own "
         "`run_id` with its chat calls, so a retried call is not a second run). *Re-sent after "

@@ -6,7 +6,9 @@ The app, the stores, the vault and uvicorn are imported inside the functions tha
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -295,6 +297,25 @@ def _opened(choice: StoreChoice, state_dir: str | Path) -> Iterator[tuple[StoreK
             emulator.stop()
 
 
+def _bound(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host``:``port`` (what uvicorn would bind); ServeError naming the
+    fix when the port is taken or not this user's to take."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        taken = exc.errno == errno.EADDRINUSE
+        why = "another process listens there" if taken else exc.strerror or str(exc)
+        raise ServeError(
+            f"cannot serve on {host}:{port}: {why}; give another --port"
+            + (" (or stop that process)" if taken else "")
+        ) from exc
+    return sock
+
+
 def run_server(
     agent_loop: RolloutAgentLoop,
     exposure: Exposure,
@@ -341,6 +362,8 @@ def run_server(
         if workflows is not None:
             graded = f", grader {workflows.grader_name}" if workflows.grader_name else ", no grader"
             what.append(f"workflow {workflows.name}{graded} (osmosis-ai 0.3.8)")
+        # Bound first, then said: the server says it serves only once the port is its own.
+        sock = _bound(exposure.host, exposure.port)
         announce(
             f"serving {' and '.join(what)} on http://{exposure.host}:{exposure.port} "
             f"(store: {where}; {exposure.describe()})"
@@ -349,15 +372,15 @@ def run_server(
         forgets = what_a_restart_forgets(choice.kind, embedded=embedded)
         if forgets:
             announce(f"note: {forgets}")
-        try:
+        with sock:
+            # uvicorn serves the socket bound above (by its descriptor), not one of its own.
             uvicorn.run(
                 app,
                 host=exposure.host,
                 port=exposure.port,
+                fd=sock.fileno(),
                 log_level=log_level,
                 access_log=False,
                 loop=loop,
                 http=http,
             )
-        except OSError as exc:
-            raise ServeError(f"cannot serve on {exposure.host}:{exposure.port}: {exc}") from exc

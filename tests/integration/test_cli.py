@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import textwrap
 from pathlib import Path
 
@@ -85,6 +86,31 @@ def test_an_agent_module_that_fails_to_import_is_one_line_naming_where(tmp_path:
     assert debug.returncode == 1
     assert "Traceback (most recent call last)" in debug.stderr
     assert debug.stderr.strip().splitlines()[-1] == line
+
+
+def test_serve_on_a_port_in_use_says_so_in_one_line_and_never_that_it_serves(
+    tmp_path: Path,
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_cli(
+            "serve",
+            "--agent",
+            "examples.calculator.agent:agent_loop",
+            "--port",
+            str(port),
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--api-key",
+            "k",
+            timeout=60,
+        )
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert f"cannot serve on 127.0.0.1:{port}: another process listens there" in line
+    assert "--port" in line and "serving" not in result.stderr
 
 
 def test_serve_answers_health_and_guards_platform_health(tmp_path: Path) -> None:
