@@ -81,12 +81,27 @@ def category_of(exc: BaseException) -> FailureCategory:
 def agent_failure(
     rollout_id: str, exc: BaseException, final_messages: list[dict[str, object]], *, attempt: int
 ) -> RolloutResponse:
-    """The ERROR response for an agent loop that raised ``exc``."""
-    logger.warning("agent loop raised", exc_info=exc, extra={"rollout_id": rollout_id})
+    """The ERROR response for an agent loop that raised ``exc``: the agent's own error is
+    logged with its traceback (its author needs it); one the kit raised inside the agent's call
+    (TrainGate unreachable, a refused address, a deadline) is one line with its category, the
+    traceback only at DEBUG."""
+    category = category_of(exc)
+    if category == FailureCategory.AGENT_ERROR:
+        logger.warning("agent loop raised", exc_info=exc, extra={"rollout_id": rollout_id})
+    else:
+        logger.error(
+            "rollout failed",
+            exc_info=exc if logger.isEnabledFor(logging.DEBUG) else None,
+            extra={
+                "rollout_id": rollout_id,
+                "category": category.value,
+                "error": f"{type(exc).__name__}: {exc}",
+            },
+        )
     return error_response(
         rollout_id,
         f"{type(exc).__name__}: {exc}",
-        category=category_of(exc),
+        category=category,
         attempt=attempt,
         final_messages=final_messages,
     )

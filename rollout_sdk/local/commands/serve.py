@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from rollout_sdk.local.commands.common import fail, secret
+
+if TYPE_CHECKING:
+    from rollout_sdk.agent.loop import RolloutAgentLoop
+    from rollout_sdk.engine.workflows import Workflows
+    from rollout_sdk.local.exposure import Exposure
+    from rollout_sdk.settings import RolloutSettings
 from rollout_sdk.local.server import DEFAULT_STATE_DIR, SQLITE_FILE
 
 NAME = "serve"
@@ -155,10 +162,9 @@ def _add_running(serve: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Serve the agent loop (or MCP folder) until interrupted."""
     from rollout_sdk.agent.validation import format_report, validate_agent_loop
-    from rollout_sdk.errors import ConfigurationError, MCPLoadError, ServeError, StoreError
+    from rollout_sdk.errors import ConfigurationError, MCPLoadError, ServeError
     from rollout_sdk.loader import load_agent_loop, load_workflows
     from rollout_sdk.local.exposure import Exposure
-    from rollout_sdk.local.server import StoreChoice, run_server
     from rollout_sdk.settings import get_settings
 
     if args.agent is None and args.mcp is None and args.workflow is None:
@@ -204,6 +210,25 @@ def run(args: argparse.Namespace) -> int:
         exposure.check()
     except ServeError as exc:
         return fail(str(exc), 2)
+    from rollout_sdk.local import logs
+
+    # The kit's lines: time, level, rollout_id and category on each (while it serves).
+    with logs.configured():
+        return _serve(args, agent_loop, exposure, keys, settings, workflows)
+
+
+def _serve(
+    args: argparse.Namespace,
+    agent_loop: RolloutAgentLoop,
+    exposure: Exposure,
+    keys: list[str],
+    settings: RolloutSettings,
+    workflows: Workflows | None,
+) -> int:
+    """Serve until interrupted; 1 with one line when the server cannot start."""
+    from rollout_sdk.errors import ConfigurationError, ServeError, StoreError
+    from rollout_sdk.local.server import StoreChoice, run_server
+
     try:
         run_server(
             agent_loop,
