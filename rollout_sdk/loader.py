@@ -10,11 +10,11 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-import sys
 import traceback
 from typing import Any
 
 from rollout_sdk.errors import ConfigurationError
+from rollout_sdk.project import importable_from_here
 
 
 def _import_failed(module_name: str, spec: str, exc: BaseException) -> str:
@@ -44,9 +44,8 @@ def load_object(spec: str) -> Any:
         raise ConfigurationError(
             f"agent {spec!r} must be written MODULE:ATTRIBUTE, e.g. examples.calculator.agent:agent_loop"
         )
+    importable_from_here()
     cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:

@@ -24,6 +24,7 @@ from typing import Any, TextIO
 
 from rollout_sdk.errors import ConfigurationError
 from rollout_sdk.local.emulator import EmbeddedMoto, LocalResources, load_template, provision
+from rollout_sdk.project import importable_from_here
 from rollout_sdk.stack import LambdaFunction
 
 #: The short names ``rollout-sdk invoke`` takes for a function: its metrics' ``Function``
@@ -177,9 +178,7 @@ def import_handler(environment: dict[str, str], module: str = "handler") -> Any:
 
     os.environ.update(environment)
     reset_settings()
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
+    importable_from_here()
     sys.modules.pop(module, None)
     return importlib.import_module(module)
 

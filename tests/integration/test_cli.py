@@ -113,6 +113,19 @@ def test_serve_on_a_port_in_use_says_so_in_one_line_and_never_that_it_serves(
     assert "--port" in line and "serving" not in result.stderr
 
 
+def test_the_commands_find_the_projects_files_from_another_folder(tmp_path: Path) -> None:
+    """Run from a folder that is not the project's root: the default dataset, template, event
+    files and the example agent are the project's."""
+    demo = run_cli("demo", cwd=tmp_path, timeout=120)
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert "every rollout was reported exactly once" in demo.stdout
+    valid = run_cli("validate", "examples.calculator.agent:agent_loop", cwd=tmp_path)
+    assert valid.returncode == 0, valid.stdout + valid.stderr
+    health = run_cli("invoke", "api", "events/health.json", cwd=tmp_path, timeout=120)
+    assert health.returncode == 0, health.stderr
+    assert '"statusCode": 200' in health.stdout
+
+
 def test_serve_answers_health_and_guards_platform_health(tmp_path: Path) -> None:
     with ServerProcess(store="sqlite", state_dir=tmp_path, server_key="cli-key") as server:
         health = httpx.get(f"{server.url}/health", timeout=5)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from rollout_sdk.project import project_path
+
 DEFAULT_AGENT = "examples.calculator.agent:agent_loop"
 DEFAULT_DATASET = "examples/calculator/dataset.jsonl"
 
@@ -29,10 +31,11 @@ def add_arguments(demo: argparse.ArgumentParser) -> None:
     demo.add_argument(
         "--dataset",
         default=DEFAULT_DATASET,
+        type=project_path,
         metavar="FILE",
         help="rows read as `rollout-sdk test` reads them: .jsonl, .csv or .parquet, each row "
         "'messages' and optional 'metadata', or test's columns system_prompt, user_prompt and "
-        f"ground_truth (default {DEFAULT_DATASET})",
+        f"ground_truth (default {DEFAULT_DATASET}, from here or the project's root)",
     )
     demo.add_argument(
         "--store",

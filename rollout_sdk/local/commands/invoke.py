@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from rollout_sdk.local.commands.common import add_parameter_overrides, fail
+from rollout_sdk.project import project_path
 from rollout_sdk.stack import LambdaFunction
 
 NAME = "invoke"
@@ -31,9 +32,17 @@ def add_arguments(invoke: argparse.ArgumentParser) -> None:
         help="a function of template.yaml by its logical id or alias: "
         + ", ".join(f"{f.names.logical_id} ({f.names.dimension})" for f in LambdaFunction),
     )
-    invoke.add_argument("event", metavar="EVENT_FILE", help="JSON event, e.g. events/init.json")
     invoke.add_argument(
-        "--template", default="template.yaml", help="SAM template (default template.yaml)"
+        "event",
+        metavar="EVENT_FILE",
+        type=project_path,
+        help="JSON event, e.g. events/init.json (from here or the project's root)",
+    )
+    invoke.add_argument(
+        "--template",
+        default="template.yaml",
+        type=project_path,
+        help="SAM template (default template.yaml, from here or the project's root)",
     )
     invoke.add_argument(
         "--agent",

@@ -7,6 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from rollout_sdk.local.commands.common import fail, secret
+from rollout_sdk.project import project_path
 
 if TYPE_CHECKING:
     from rollout_sdk.agent.loop import RolloutAgentLoop
@@ -125,7 +126,9 @@ def _add_store(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--template",
         default="template.yaml",
-        help="with --store dynamodb: the SAM template the table is created from",
+        type=project_path,
+        help="with --store dynamodb: the SAM template the table is created from (default "
+        "template.yaml, from here or the project's root)",
     )
     serve.add_argument(
         "--state-dir",

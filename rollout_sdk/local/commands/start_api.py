@@ -8,6 +8,7 @@ import sys
 
 from rollout_sdk.local.commands.common import add_parameter_overrides, fail
 from rollout_sdk.local.start_api import DEFAULT_MAX_INSTANCES
+from rollout_sdk.project import project_path
 
 NAME = "start-api"
 HELP = "serve the template's API function over HTTP, as sam local start-api does, without Docker"
@@ -28,7 +29,10 @@ DESCRIPTION = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--template", default="template.yaml", help="SAM template (default template.yaml)"
+        "--template",
+        default="template.yaml",
+        type=project_path,
+        help="SAM template (default template.yaml, from here or the project's root)",
     )
     parser.add_argument("--port", type=int, default=3000, help="port to bind (default 3000)")
     parser.add_argument(

@@ -1,0 +1,35 @@
+"""Where the kit's project is, so that its commands work from any folder: the folder that
+holds ``rollout_sdk/`` and ``template.yaml`` (a copy of the kit's repository, as users start
+from), or none when the kit is installed from a wheel (then the current folder alone counts).
+
+A relative path a command is given (its template, its dataset, an event file) is taken from
+the current folder when it is there, else from the project's root; an agent named
+``module:attribute`` is imported from the current folder first, then from the root."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parent.parent
+#: The project's root, or None (the kit installed on its own).
+PROJECT_ROOT: Path | None = _ROOT if (_ROOT / "template.yaml").is_file() else None
+
+
+def project_path(path: str) -> str:
+    """``path`` as given when it exists from here (or is absolute, or there is no project),
+    else the project's own file of that relative path when there is one."""
+    given = Path(path)
+    if given.is_absolute() or given.exists() or PROJECT_ROOT is None:
+        return path
+    theirs = PROJECT_ROOT / given
+    return str(theirs) if theirs.exists() else path
+
+
+def importable_from_here() -> None:
+    """The current folder first, then the project's root, on ``sys.path`` (as uvicorn puts the
+    current folder): an agent beside the project, or the project's own, imports as named."""
+    for folder in (str(PROJECT_ROOT) if PROJECT_ROOT else None, os.getcwd()):
+        if folder is not None and folder not in sys.path:
+            sys.path.insert(0, folder)
