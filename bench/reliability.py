@@ -51,6 +51,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--out", type=Path, default=DEFAULT_OUT, help=f"markdown output (default {DEFAULT_OUT})"
     )
+    parser.add_argument(
+        "--functions-log",
+        type=Path,
+        default=Path(os.devnull),
+        metavar="FILE",
+        help="where the emulated Lambda functions' log lines and metrics go (they write to "
+        "stdout); default: discarded, so that only the report's lines show",
+    )
     return parser
 
 
@@ -61,6 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("MAKELEVEL"):  # run by make
         command = f"make reliability ({command})"
     began = time.monotonic()
+    # The functions run in this process (and its children) write to fd 1: send it to the
+    # functions' log; the report's lines are on stderr.
+    functions_log = args.functions_log.open("a", encoding="utf-8")
+    sys.stdout.flush()
+    os.dup2(functions_log.fileno(), 1)
 
     def say(message: str) -> None:
         print(f"[{time.monotonic() - began:6.1f}s] {message}", file=sys.stderr, flush=True)
