@@ -47,3 +47,29 @@ def test_the_first_deploy_lists_every_output() -> None:
     assert _first_column(section) == outputs  # its one table: the outputs
     words = {4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
     assert f"{words[len(outputs)]} outputs" in section
+
+
+def test_readmes_table_of_test_options_is_test_s_help() -> None:
+    """Every option README's ``rollout-sdk test`` table names is one ``test --help`` has, and
+    the other way round."""
+    import argparse
+
+    from rollout_sdk.local.cli import build_parser
+
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("| Option | Default | |")
+    table = readme[start : readme.index("\n\n", start)]
+    documented = set(re.findall(r"`(-{1,2}[a-z][a-z-]*)", table))
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    test = sub.choices["test"]
+    offered = {
+        option
+        for action in test._actions
+        for option in action.option_strings
+        if option not in ("-h", "--help")
+    }
+    assert documented == offered, (
+        f"in --help only: {sorted(offered - documented)}; in README only: "
+        f"{sorted(documented - offered)}"
+    )
