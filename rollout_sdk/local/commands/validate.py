@@ -17,7 +17,13 @@ DESCRIPTION = (
 def add_arguments(validate: argparse.ArgumentParser) -> None:
     """``validate``'s options."""
     validate.add_argument("agent", metavar="MODULE:ATTR", help="the agent loop to check")
-    validate.add_argument("-v", "--verbose", action="store_true", help="say so when all is well")
+    validate.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also say 'no warnings' when the agent loop is valid without any (the verdict "
+        "line is printed either way)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
