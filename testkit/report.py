@@ -84,8 +84,8 @@ def render(
         "failure (a COMPLETED response); *-*: the row counts no final response of its own. "
         "Each row asserts its category on every rollout (none, where it ends COMPLETED), with "
         "the category's `retryable`, the attempt (1; 0 when no worker ever claimed the "
-        "rollout) and a null reward for every category but "
-        "`agent_error` and `invalid_result`; local rows also check that the status endpoint "
+        "rollout) and a null reward for every category but `agent_error` (an agent that ends "
+        "its own rollout in ERROR may give one); local rows also check that the status endpoint "
         "(GET /v1/rollout/{id}) shows the same failure. The categories are defined in "
         "docs/architecture.md (Failure categories).",
         "",

@@ -30,8 +30,10 @@ RETRYABLE = {
     "worker_lost": True,
     "never_started": True,
 }
-#: The categories that are the agent's own outcome: every other carries no reward.
-AGENTS_OWN = frozenset({"agent_error", "invalid_result"})
+#: The category an agent's own ERROR may carry a reward in (it ended its rollout itself):
+#: every other carries none, ``invalid_result`` included (the kit writes that ERROR: the
+#: agent's result, its reward with it, could not be sent).
+MAY_CARRY_A_REWARD = frozenset({"agent_error"})
 #: What a row's category column counts for a final response that carries no failure.
 NO_FAILURE = "none"
 
@@ -267,7 +269,7 @@ class Row:
                 f"{rid}: failure {failure}, expected retryable {RETRYABLE[category]}, "
                 f"attempt {attempt}",
             )
-            if category not in AGENTS_OWN:
+            if category not in MAY_CARRY_A_REWARD:
                 self.check(
                     body.get("reward") is None,
                     f"{rid}: reward {body.get('reward')} on a failure of category {category}, "
