@@ -10,7 +10,7 @@ A variant is ``NAME:VAR=VALUE,...``: environment variables set on top of the fun
 empty value list is the artifact as built). ``LAYER`` is not a variable: it replaces the
 dependency layer's ``python/`` folder on the path (a copy of the layer with something put back,
 say), so a lever of the layer's content is measured against the same code. How each cold-start
-lever of README's "Performance" was measured before it was kept. One warm-up round is not
+lever of docs/performance.md was measured before it was kept. One warm-up round is not
 counted; each figure is the median of the rounds' ratios, with each child's CPU time (user and
 system) beside.
 """

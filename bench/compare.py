@@ -8,7 +8,7 @@ every run is a fresh process of that tree (``PYTHONPATH=TREE python -m bench.thr
 the kit and the baseline exactly as ``make bench`` does), so a round measures the trees one
 after the other on the same machine minutes apart, and the ratio (each run's server CPU over
 the baseline run just before it, in the same child) cancels most of the machine's drift. How
-each lever of README's "Performance" was measured before it landed.
+each lever of docs/performance.md was measured before it landed.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The v1 surface: every name of v1's ``osmosis_ai.rollout.__all__`` is exported, and each public
-signature is v1's, or differs in a way listed below with its reason (README.md, "Porting an agent
-from the v1 Osmosis SDK", says the same).
+signature is v1's, or differs in a way listed below with its reason (docs/porting.md says the
+same).
 
 Every v1 fact below was read from v1's public source, release 0.2.17: repository
 Osmosis-AI/osmosis-sdk-python, commit a0d32c768f61432a526cb263e596e0a6ce788878 (the parent of
