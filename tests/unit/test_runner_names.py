@@ -1,5 +1,5 @@
-"""What the one runner changed for ``demo`` and for ``create_app``'s callers, as the README (the demo) and docs/porting.md (create_app) say:
-the demo's rollouts are named as test's (``demo-N``, numbered on across ``--repeat``), and
+"""What the one runner changed for ``demo`` and for ``create_app``'s callers, as the README
+(the demo) and docs/porting.md (``create_app``) say: the demo's rollouts are named as test's (``demo-N``, numbered on across ``--repeat``), and
 ``create_app``'s old kit-only switches are ignored with a warning naming them."""
 
 from __future__ import annotations
