@@ -10,26 +10,33 @@ from __future__ import annotations
 
 import os
 import sys
+from functools import cache
 from pathlib import Path
 
-_ROOT = Path(__file__).resolve().parent.parent
-#: The project's root, or None (the kit installed on its own).
-PROJECT_ROOT: Path | None = _ROOT if (_ROOT / "template.yaml").is_file() else None
+
+@cache
+def project_root() -> Path | None:
+    """The project's root, or None (the kit installed on its own). Looked for when first asked
+    (never at import: the loader, which Lambda imports, imports this module)."""
+    root = Path(__file__).resolve().parent.parent
+    return root if (root / "template.yaml").is_file() else None
 
 
 def project_path(path: str) -> str:
     """``path`` as given when it exists from here (or is absolute, or there is no project),
     else the project's own file of that relative path when there is one."""
     given = Path(path)
-    if given.is_absolute() or given.exists() or PROJECT_ROOT is None:
+    root = project_root()
+    if given.is_absolute() or given.exists() or root is None:
         return path
-    theirs = PROJECT_ROOT / given
+    theirs = root / given
     return str(theirs) if theirs.exists() else path
 
 
 def importable_from_here() -> None:
     """The current folder first, then the project's root, on ``sys.path`` (as uvicorn puts the
     current folder): an agent beside the project, or the project's own, imports as named."""
-    for folder in (str(PROJECT_ROOT) if PROJECT_ROOT else None, os.getcwd()):
+    root = project_root()
+    for folder in (str(root) if root else None, os.getcwd()):
         if folder is not None and folder not in sys.path:
             sys.path.insert(0, folder)

@@ -372,19 +372,23 @@ class LambdaRuntime:
         return KmsVault(key_id, client=lambda: self.clients.kms) if key_id else None
 
     @property
+    def entry(self) -> str:
+        """The handler.py entry point this environment runs (``_HANDLER``'s last part; empty
+        where no function's is set: ``rollout-sdk invoke``, tests)."""
+        return (self.aws.handler or "").rpartition(".")[2]
+
+    @property
     def answers_http(self) -> bool:
-        """This environment runs the API or the poll function (``_HANDLER``), which take the
-        0.3.8 routes and hand each rollout to the worker: they never load the workflow."""
-        entry = (self.aws.handler or "").rpartition(".")[2]
-        return entry in {LambdaFunction.API.names.entry, LambdaFunction.POLL.names.entry}
+        """This environment runs the API or the poll function, which take the 0.3.8 routes and
+        hand each rollout to the worker: they never load the workflow."""
+        return self.entry in {LambdaFunction.API.names.entry, LambdaFunction.POLL.names.entry}
 
     @property
     def runs_workflows(self) -> bool:
         """This environment runs rollouts (the worker or the queue worker), or is no one
-        function's (``rollout-sdk invoke``, tests: ``_HANDLER`` unset): it loads the workflow."""
-        entry = (self.aws.handler or "").rpartition(".")[2]
+        function's: it loads the workflow."""
         workers = {LambdaFunction.WORKER.names.entry, LambdaFunction.QUEUE_WORKER.names.entry}
-        return not entry or entry in workers
+        return not self.entry or self.entry in workers
 
     @property
     def workflow_names(self) -> tuple[str, str | None] | None:

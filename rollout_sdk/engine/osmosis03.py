@@ -277,22 +277,15 @@ class Osmosis03Service:
 
     @classmethod
     def for_engine(
-        cls,
-        service: RolloutService,
-        engine: Engine,
-        *,
-        wait_seconds: float | None = None,
-        recheck_seconds: float = RECHECK_SECONDS,
+        cls, service: RolloutService, engine: Engine, *, recheck_seconds: float = RECHECK_SECONDS
     ) -> Osmosis03Service:
-        """The service on ``engine``'s settings (``wait_seconds``: the composition's bound on
-        the result wait, when it has one)."""
+        """The service on ``engine``'s settings; ``recheck_seconds``: how often a waiting poll
+        reads the record (where nothing wakes it sooner, a composition says less often)."""
         kit = engine.settings.kit
         return cls(
             service,
             engine,
-            wait_seconds=kit.osmosis03_result_wait_seconds
-            if wait_seconds is None
-            else wait_seconds,
+            wait_seconds=kit.osmosis03_result_wait_seconds,
             lease_seconds=kit.osmosis03_polling_lease_seconds,
             recheck_seconds=recheck_seconds,
             max_live=kit.osmosis03_max_live_rollouts,
@@ -401,11 +394,9 @@ class Osmosis03Service:
         if waited.status != answer.status and waited.status not in FINAL_STATUSES:
             # A new status in flight (queued to running): the next poll waits for a change
             # from it, wherever it lands. (A final one is the record's own: nothing to keep.)
+            now = self.clock()
             await self.store.renew_poll(
-                rollout_id,
-                until=self.clock() + self.lease_seconds,
-                now=self.clock(),
-                seen=waited.status.value,
+                rollout_id, until=now + self.lease_seconds, now=now, seen=waited.status.value
             )
         return waited
 

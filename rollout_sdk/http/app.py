@@ -378,8 +378,8 @@ def lambda_api_app(
     *,
     key_provider: KeyProvider,
     docs: bool,
-    workflow_names: tuple[str, str | None] | None = None,
-    recheck_seconds: float = 2.0,
+    workflow_names: tuple[str, str | None] | None,
+    recheck_seconds: float,
 ) -> FastAPI:
     """The Lambda API function: init hands each rollout to ``dispatcher`` (another function),
     and nothing runs after a response (no timers: the re-drive and the failure destination are

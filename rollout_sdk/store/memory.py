@@ -125,7 +125,7 @@ class MemoryStore(TransactionalStore):
         cursor = page[-1] if len(entries) > limit else None
         return DuePage([rid for _, rid in page], cursor)
 
-    def _count_live(self, now: float) -> int:
+    def _count_polled(self, now: float) -> int:
         with self._lock:
             return sum(not self._by_id[rid].is_expired(now) for rid in self._tables.polled)
 

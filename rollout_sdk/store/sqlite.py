@@ -692,7 +692,7 @@ class SQLiteStore(TransactionalStore):
         cursor = (page[-1][0], page[-1][1]) if len(rows) > limit else None
         return DuePage([str(rid) for _, rid in page], cursor)
 
-    def _count_live(self, now: float) -> int:
+    def _count_polled(self, now: float) -> int:
         with self._transaction() as txn:
             (count,) = txn.conn.execute(
                 "SELECT count(*) FROM rollouts INDEXED BY rollouts_polled "

@@ -76,10 +76,6 @@ class TransactionalStore(Store):
         """The live index's page of leases ended before ``ended_by`` (``math.inf``: all), ids
         starting with ``prefix`` (its cursor: the last entry's ``(poll_until, rollout_id)``)."""
 
-    @abc.abstractmethod
-    def _count_live(self, now: float) -> int:
-        """How many unexpired records the live index holds."""
-
     # ------------------------------------------------------------------ the transactions
 
     def _create(self, record: RolloutRecord, now: float, slot_until: int) -> CreateResult:
@@ -141,9 +137,6 @@ class TransactionalStore(Store):
         after: DueCursor | None,
     ) -> DuePage:
         return self._polled(math.inf if ended_by is None else ended_by, prefix, limit, after)
-
-    def _count_polled(self, now: float) -> int:
-        return self._count_live(now)
 
     def _acquire_pass(self, name: str, holder: str, until: float, now: float) -> bool:
         with self._transaction() as txn:
