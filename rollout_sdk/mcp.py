@@ -5,7 +5,7 @@ folder's ``main.py`` and returns the FastMCP server it defines, :class:`MCPAgent
 server's ``@mcp.tool()`` functions to the model as OpenAI function tools and runs the calls the
 model makes, turn by turn, until the model answers without one or ``max_turns`` is reached.
 
-FastMCP is the optional extra ``rollout-sdk[mcp]``. This module imports it only when a folder is
+FastMCP is the optional extra ``mcp``. This module imports it only when a folder is
 loaded or a loop is built, so the kit's own imports never pay for it; without it,
 :func:`load_mcp_server` raises :class:`MCPLoadError` naming the install command.
 
@@ -44,6 +44,7 @@ from rollout_sdk.agent.tools import (
     serialize_tool_result,
 )
 from rollout_sdk.errors import MCPLoadError
+from rollout_sdk.project import install_hint
 from rollout_sdk.protocol import (
     OpenAIFunctionParametersSchema,
     OpenAIFunctionPropertySchema,
@@ -61,8 +62,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: What to run when FastMCP is missing.
-INSTALL_HINT = "pip install 'rollout-sdk[mcp]'"
 #: The prefix of an agent spec naming an MCP folder instead of ``module:attribute``.
 SPEC_PREFIX = "mcp:"
 
@@ -79,7 +78,7 @@ def import_fastmcp() -> types.ModuleType:
             import fastmcp
     except ImportError as exc:
         raise MCPLoadError(
-            f"MCP support needs FastMCP, which is not installed ({exc}): {INSTALL_HINT} "
+            f"MCP support needs FastMCP, which is not installed ({exc}): {install_hint('mcp')} "
             "(on Lambda: build with MCP_FOLDER set, e.g. make build-lambda "
             "MCP_FOLDER=examples/mcp_calculator; docs/aws.md)"
         ) from exc

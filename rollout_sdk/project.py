@@ -40,3 +40,14 @@ def importable_from_here() -> None:
     for folder in (str(root) if root else None, os.getcwd()):
         if folder is not None and folder not in sys.path:
             sys.path.insert(0, folder)
+
+
+def install_hint(extra: str) -> str:
+    """How to install one of the kit's optional extras, said for where the kit is: in a copy of
+    the kit's repository the project itself is installed editable (``make`` does it into
+    ``.venv``, with every extra the tests use), so the extra is the project's; installed from a
+    wheel, it is the package's."""
+    root = project_root()
+    if root is None:
+        return f"pip install 'rollout-sdk[{extra}]'"
+    return f"pip install -c constraints.txt -e '.[{extra}]' in {root}"

@@ -39,7 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    report.DEBUG = bool(args.debug)
+    # test's own --debug (its dest test_debug) shows the tracebacks too.
+    report.DEBUG = bool(args.debug or getattr(args, "test_debug", False))
     try:
         return int(args.func(args))
     except KeyboardInterrupt:

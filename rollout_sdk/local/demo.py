@@ -101,12 +101,9 @@ def _wake(future: asyncio.Future[None]) -> None:
 
 def _rows(args: argparse.Namespace) -> list[RunRow]:
     """The dataset's rows ``--repeat`` times, numbered on: ``demo-0``, ``demo-1``, ..."""
-    from rollout_sdk.errors import DatasetError
     from rollout_sdk.local.dataset import RunRow, read_rows
 
-    dataset = read_rows(args.dataset).rows
-    if not dataset:
-        raise DatasetError(f"dataset {args.dataset} has no rows")
+    dataset = read_rows(args.dataset).rows  # never none: an empty file is a DatasetError
     return [
         RunRow(index, row.messages, {**row.metadata, "row_index": index})
         for index, row in enumerate(dataset * args.repeat)

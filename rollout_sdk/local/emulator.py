@@ -3,7 +3,7 @@
 (The server runs in a child process that stops with this one: see :class:`EmbeddedMoto`.)
 
 Used by ``rollout-sdk serve --store dynamodb``, ``rollout-sdk invoke`` and the tests. moto is a
-development dependency (``pip install 'rollout-sdk[local]'``); it is imported only here.
+development dependency (the extra ``local``); it is imported only here.
 
 Every client here comes from :func:`local_session`: fake credentials, the local region, and no
 profile or AWS config file, all given to the session itself, so nothing here can reach real AWS
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rollout_sdk.errors import ConfigurationError
+from rollout_sdk.project import install_hint
 from rollout_sdk.testing.lifecycle import StartStop
 
 DEFAULT_TEMPLATE = Path("template.yaml")
@@ -170,7 +171,7 @@ class EmbeddedMoto(StartStop):
 
         if importlib.util.find_spec("moto") is None:
             raise ConfigurationError(
-                "the embedded AWS emulator needs moto: pip install 'rollout-sdk[local]' "
+                f"the embedded AWS emulator needs moto: {install_hint('local')} "
                 "(or use --dynamodb-endpoint URL)"
             )
         self.port = port

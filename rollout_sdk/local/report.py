@@ -1,16 +1,19 @@
 """What ``rollout-sdk demo`` and ``rollout-sdk test`` report: each rollout's outcome, the run's
-summary (one shape, one number format for both), the ``-o`` file, and the commands' error line.
+summary (one shape, one number format for both), the ``-o`` results (a file, or stdout for
+``-o -``), and the commands' error line.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import secrets
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 #: How the summary counts a failed rollout that carries no failure category.
 UNCATEGORIZED = "uncategorized"
@@ -20,6 +23,8 @@ MISSING = "missing"
 REFUSED = "refused"
 #: Failed rollouts the summary names one by one (the ``-o`` file has them all).
 SHOWN_FAILURES = 10
+#: ``-o -``: the results JSON on stdout, alone; the summary and everything else on stderr.
+STDOUT = "-"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -301,7 +306,7 @@ def _verdict(report: RunReport) -> list[str]:
 
 
 def format_summary(report: RunReport, *, title: str) -> str:
-    """The summary printed to stdout: counts by status and failure category, reward, tokens,
+    """The summary printed to stdout (stderr with ``-o -``): counts by status and failure category, reward, tokens,
     latency percentiles, wall time and throughput, the first failed rows, and the verdict."""
     wall = report.total_duration_ms / 1000
     rate = len(report.outcomes) / wall if wall > 0 else 0.0
@@ -321,8 +326,26 @@ def format_summary(report: RunReport, *, title: str) -> str:
     )
 
 
-def write_output(path: str, report: RunReport) -> None:
-    """The ``-o`` file (its folder made if missing)."""
+def write_output(path: str, report: RunReport, *, stdout: TextIO | None = None) -> None:
+    """The ``-o`` results: for :data:`STDOUT`, on ``stdout`` (default ``sys.stdout``) in one
+    write; else the file, whole or not at all (a temporary file beside it, renamed over it), its
+    folder made if missing. OSError when it cannot be written."""
+    text = json.dumps(report.as_json(), indent=2) + "\n"
+    if path == STDOUT:
+        stream = sys.stdout if stdout is None else stdout
+        stream.write(text)
+        stream.flush()
+        return
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(report.as_json(), indent=2) + "\n", encoding="utf-8")
+    # Beside the target, so the rename stays on one file system; "x": a name of nobody else's.
+    partial = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
+    try:
+        with partial.open("x", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(partial, target)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise

@@ -19,21 +19,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import secrets
 import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TextIO, runtime_checkable
 
 from rollout_sdk.local.progress import RowProgress
 from rollout_sdk.local.report import (
     MISSING,
     REFUSED,
+    STDOUT,
     RowOutcome,
     RunReport,
     fail,
@@ -392,7 +394,9 @@ def agent_is_valid(agent_loop: RolloutAgentLoop) -> bool:
 @dataclass(frozen=True)
 class Batch:
     """What a batch run prints: the command (``rollout-sdk demo``), where the rollouts go (for
-    the start-up line), the summary's title, whether the kit's logs show, and what it writes."""
+    the start-up line), the summary's title, whether the kit's logs show, and what it writes:
+    ``output``, the ``-o`` file, or :data:`~rollout_sdk.local.report.STDOUT` for the results on
+    ``results`` (the command's real stdout; default ``sys.stdout``) and the summary on stderr."""
 
     command: str
     where: str
@@ -400,6 +404,16 @@ class Batch:
     quiet: bool = False
     debug: bool = False
     output: str | None = None
+    results: TextIO | None = None
+
+
+def _discard_stdout(stream: TextIO | None) -> None:
+    """Point the closed pipe's descriptor at /dev/null, so Python's flush at exit does not
+    complain of it (Python's documented answer to a SIGPIPE)."""
+    with suppress(AttributeError, OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, (sys.stdout if stream is None else stream).fileno())
+        os.close(devnull)
 
 
 def execute(run: LocalRun, rows: list[RunRow], plan: RunPlan, batch: Batch) -> int:
@@ -429,11 +443,24 @@ def execute(run: LocalRun, rows: list[RunRow], plan: RunPlan, batch: Batch) -> i
         print(f"\n{batch.command}: interrupted; stopping the servers", file=sys.stderr)
         return 130
     run.count_callbacks(report)
+    on_stdout = batch.output == STDOUT
     if not batch.quiet:
-        print(format_summary(report, title=batch.title))
+        # With -o -, stdout is the results' alone: the summary goes with the progress.
+        print(format_summary(report, title=batch.title), file=sys.stderr if on_stdout else None)
     if batch.output:
-        write_output(batch.output, report)
-        if not batch.quiet:
+        try:
+            write_output(batch.output, report, stdout=batch.results)
+        except BrokenPipeError:
+            # The reader left (``| head``): nothing more to tell it, nor at the exit's flush.
+            _discard_stdout(batch.results)
+            return 1
+        except OSError as exc:
+            return fail(
+                batch.command,
+                f"cannot write the results to {batch.output}: {exc.strerror or exc}; give -o a "
+                "file in a folder you can write to, or - for stdout",
+            )
+        if not batch.quiet and not on_stdout:
             print(f"\nresults written to {batch.output}")
     if report.stop_reason is not None and batch.quiet:
         print(f"{batch.command}: stopped early: {report.stop_reason}", file=sys.stderr)

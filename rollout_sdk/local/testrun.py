@@ -3,9 +3,10 @@
 The rows run by the one runner of ``demo`` and ``test`` (:mod:`rollout_sdk.local.runner`): the
 kit's real server and worker, exactly as under TrainGate, with a local TrainGate
 (:mod:`rollout_sdk.local.forward`) forwarding the rollouts' chat calls to the endpoint. What is
-``test``'s own: its options, the agent as ``-m`` or ``--mcp``, and ``--interactive``. Exit
-status: 0 when every row completed, 1 when one failed or the run could not start, 2 for bad
-options.
+``test``'s own: its options, the agent as ``-m`` or ``--mcp``, ``--interactive``, and ``-o -``:
+the results JSON alone on stdout, while everything else the command prints (the start-up line,
+the progress, the summary, an agent's own ``print``) goes to stderr. Exit status: 0 when every
+row completed, 1 when one failed or the run could not start, 2 for bad options.
 
 The server, the forwarder and the dataset reader are imported inside the functions that run
 them, so parsing ``test``'s options (and failing on a bad one) loads none of them.
@@ -14,11 +15,13 @@ them, so parsing ``test``'s options (and failing on a bad one) loads none of the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
 
-from rollout_sdk.local.report import fail
+from rollout_sdk.local.report import STDOUT, fail
 from rollout_sdk.local.runner import (
     Batch,
     LocalRun,
@@ -28,6 +31,7 @@ from rollout_sdk.local.runner import (
     forwarding_run,
     quiet_kit_logs,
 )
+from rollout_sdk.project import install_hint
 
 if TYPE_CHECKING:
     import argparse
@@ -46,7 +50,7 @@ def _error(message: str, code: int = 1) -> int:
 
 
 def _debug_dir(args: argparse.Namespace) -> str | None:
-    return DEBUG_DIR if args.debug else None
+    return DEBUG_DIR if args.test_debug else None
 
 
 def load_agent(args: argparse.Namespace) -> RolloutAgentLoop:
@@ -59,20 +63,17 @@ def load_agent(args: argparse.Namespace) -> RolloutAgentLoop:
         return agent
     import importlib
 
-    # By name: the module is another part's (rollout-sdk[mcp]), and may not be installed.
+    # By name: the module is another part's (the mcp extra), and may not be installed.
     try:
         mcp = importlib.import_module("rollout_sdk.mcp")
     except ImportError as exc:
         raise ConfigurationError(
-            "--mcp needs the MCP agent loop, which is not installed: pip install "
-            f"'rollout-sdk[mcp]' ({exc})"
+            f"--mcp needs the MCP agent loop, which is not installed: {install_hint('mcp')} ({exc})"
         ) from exc
     try:
         mcp_agent: RolloutAgentLoop = mcp.agent_loop_from_folder(args.mcp)
     except ImportError as exc:  # FastMCP itself missing
-        raise ConfigurationError(
-            f"--mcp needs FastMCP: pip install 'rollout-sdk[mcp]' ({exc})"
-        ) from exc
+        raise ConfigurationError(f"--mcp needs FastMCP: {install_hint('mcp')} ({exc})") from exc
     except Exception as exc:  # the folder's own error (MCPLoadError), said without a traceback
         raise ConfigurationError(f"cannot load the MCP folder {args.mcp}: {exc}") from exc
     return mcp_agent
@@ -147,7 +148,7 @@ def _interactive(
             debug_dir=_debug_dir(args),
             interactor=session,
         )
-        with quiet_kit_logs(args.debug), run:
+        with quiet_kit_logs(args.test_debug), run:
             asyncio.run(session_loop(run))
     except (ConfigurationError, ServeError, StoreError, RuntimeError) as exc:
         return _error(str(exc))
@@ -158,7 +159,16 @@ def _interactive(
 
 
 def run_test(args: argparse.Namespace) -> int:
-    """``rollout-sdk test``; the exit status."""
+    """``rollout-sdk test``; the exit status. With ``-o -``, stdout is kept for the results:
+    whatever else is printed meanwhile, by the kit or the agent, goes to stderr."""
+    if args.output != STDOUT:
+        return _run_test(args, None)
+    results = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):
+        return _run_test(args, results)
+
+
+def _run_test(args: argparse.Namespace, results: TextIO | None) -> int:
     from rollout_sdk.errors import ConfigurationError, DatasetError
     from rollout_sdk.local.dataset import read_rows
     from rollout_sdk.local.forward import read_key_file, resolve_endpoint
@@ -173,6 +183,10 @@ def run_test(args: argparse.Namespace) -> int:
             return _error(f"--{name.replace('_', '-')} must be at least 1", 2)
     if args.offset < 0:
         return _error("--offset must be 0 or more", 2)
+    if args.output == STDOUT and args.interactive:
+        return _error("--interactive talks on stdout: give -o a file, not -", 2)
+    if args.output not in (None, STDOUT) and Path(args.output).is_dir():
+        return _error(f"-o {args.output} is a folder: give the file to write, e.g. results.json", 2)
     try:
         api_key = args.api_key
         if args.api_key_file is not None:
@@ -191,7 +205,7 @@ def run_test(args: argparse.Namespace) -> int:
     if not selection.rows:
         return _error(
             f"no rows to test: {args.dataset} has {selection.total} rows and --offset is "
-            f"{args.offset}"
+            f"{args.offset}; give an --offset below {selection.total}"
         )
     plan = RunPlan(completion_params(args), args.max_turns, args.concurrency)
     if args.interactive:
@@ -205,8 +219,9 @@ def run_test(args: argparse.Namespace) -> int:
         where=f"{endpoint.model} at {endpoint.shown()}",
         title=f"{COMMAND}: {agent_loop.name!r} on {endpoint.model} ({args.dataset}, {shown})",
         quiet=args.quiet,
-        debug=args.debug,
+        debug=args.test_debug,
         output=args.output,
+        results=results,
     )
     try:
         run = forwarding_run(

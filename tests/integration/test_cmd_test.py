@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import subprocess
 import sys
@@ -216,16 +217,21 @@ def test_parquet_dataset(
     assert len(endpoint.standin.received) == 4
 
 
-def test_concurrency_runs_rows_at_once(endpoint: Endpoint, tmp_path: Path) -> None:
-    endpoint.standin.gate = threading.Event()
-    process = subprocess.Popen(
-        [CLI, *_test_args(endpoint, _dataset(tmp_path, 4), "--concurrency", "4", "-q")],
+def _spawn(args: list[str]) -> subprocess.Popen[str]:
+    """``rollout-sdk`` with these arguments, its stdout and stderr piped."""
+    return subprocess.Popen(
+        [CLI, *args],
         cwd=REPO_ROOT,
         env=_env(OPENAI_API_KEY=KEY),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def test_concurrency_runs_rows_at_once(endpoint: Endpoint, tmp_path: Path) -> None:
+    endpoint.standin.gate = threading.Event()
+    process = _spawn(_test_args(endpoint, _dataset(tmp_path, 4), "--concurrency", "4", "-q"))
     try:
         # Four first turns held at the endpoint at the same time: four rows in flight.
         assert endpoint.standin.wait_for_requests(4, timeout=60)
@@ -253,6 +259,88 @@ def test_max_tokens_is_mapped_when_the_model_refuses_it(
     assert rest and all(b["max_completion_tokens"] == 77 and "max_tokens" not in b for b in rest)
 
 
+# ---------------------------------------------------------------------------- -o -
+
+#: An agent that prints on stdout, at its import and in each rollout: with -o -, to stderr.
+NOISY_AGENT = """
+from examples.calculator.agent import CalculatorAgent
+
+print("noisy agent: imported")
+
+
+class Noisy(CalculatorAgent):
+    async def run(self, ctx):
+        print(f"noisy agent: row {ctx.request.metadata['row_index']}")
+        return await super().run(ctx)
+
+
+agent_loop = Noisy()
+"""
+
+
+def test_dash_o_puts_the_results_alone_on_stdout_and_the_rest_on_stderr(
+    endpoint: Endpoint, tmp_path: Path
+) -> None:
+    (tmp_path / "noisy_agent.py").write_text(NOISY_AGENT)
+    dataset = _dataset(tmp_path)
+    argv = ["test", "-m", "noisy_agent:agent_loop", "-d", str(dataset), "-o", "-"]
+    result = _cli(
+        *argv,
+        "--base-url",
+        endpoint.base_url,
+        OPENAI_API_KEY=KEY,
+        PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO_ROOT}",
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)  # the whole of stdout: one JSON document
+    assert result.stdout.startswith("{") and result.stdout.endswith("}\n")
+    assert list(report) == ["summary", "results"]
+    assert {k: report["summary"][k] for k in ("total", "passed", "failed")} == {
+        "total": 3,
+        "passed": 3,
+        "failed": 0,
+    }
+    assert [r["row_index"] for r in report["results"]] == [0, 1, 2]
+    # Everything else on stderr: the start-up line, the progress, the summary, the agent's.
+    err = result.stderr
+    assert "rollout-sdk test: 3 rollouts of 'calculator' on gpt-5-mini at " in err
+    assert "[3/3] row " in err
+    assert re.search(r"^\s+COMPLETED\s+3$", err, re.MULTILINE), err
+    assert "OK: every rollout was reported exactly once" in err
+    assert "noisy agent: imported" in err and "noisy agent: row 2" in err
+    assert "results written" not in result.stdout + err
+    assert not (REPO_ROOT / "-").exists()
+    assert KEY not in result.stdout + err
+
+
+def test_dash_o_writes_the_results_of_a_failed_run_too(
+    endpoint: Endpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # In process: the -o - path under pytest's capture; a refused key stops the run (exit 1).
+    code = main(_test_args(endpoint, _dataset(tmp_path), "-o", "-", "-q", "--api-key", "wrong"))
+    captured = capsys.readouterr()
+    assert code == 1
+    report = json.loads(captured.out)
+    assert report["summary"]["stopped_early"] is True and report["summary"]["not_run"] == 2
+    # -q: of the rest, only the line that says the run stopped.
+    assert captured.err.startswith("rollout-sdk test: stopped early: the endpoint ")
+    assert len(captured.err.splitlines()) == 1, captured.err
+
+
+def test_dash_o_into_a_closed_pipe_says_nothing_more(endpoint: Endpoint, tmp_path: Path) -> None:
+    process = _spawn(_test_args(endpoint, _dataset(tmp_path, 1), "-o", "-", "-q"))
+    assert process.stdout is not None
+    process.stdout.close()  # as `| head -c0` would: the reader is gone before the results
+    try:
+        _out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 1
+    assert err == "", err  # no traceback, no "Exception ignored" at the exit's flush
+
+
 # ---------------------------------------------------------------------------- options
 
 
@@ -271,6 +359,13 @@ def test_option_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert "OPENAI_API_KEY" in capsys.readouterr().err
     assert main(["test", "-m", AGENT, "-d", data, "--model", "anthropic/claude-x"]) == 1
     assert "--base-url" in capsys.readouterr().err
+    # -o: not a folder; and - is stdout, which --interactive talks on.
+    assert main(["test", "-m", AGENT, "-d", data, "-o", str(tmp_path)]) == 2
+    assert f"-o {tmp_path} is a folder: give the file to write" in capsys.readouterr().err
+    assert main(["test", "-m", AGENT, "-d", data, "-o", "-", "-i"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "--interactive talks on stdout: give -o a file, not -" in captured.err
 
 
 def test_mcp_without_the_extra_says_what_to_install(
@@ -279,7 +374,7 @@ def test_mcp_without_the_extra_says_what_to_install(
     monkeypatch.setitem(sys.modules, "rollout_sdk.mcp", None)  # as if not installed
     code = main(["test", "--mcp", str(tmp_path), "-d", str(_dataset(tmp_path)), "--api-key", "k"])
     assert code == 1
-    assert "pip install 'rollout-sdk[mcp]'" in capsys.readouterr().err
+    assert "pip install -c constraints.txt -e '.[mcp]' in " in capsys.readouterr().err
 
 
 def test_an_mcp_folder_runs_as_the_agent(endpoint: Endpoint, tmp_path: Path) -> None:

@@ -92,7 +92,7 @@ def test_parquet_without_pyarrow_names_the_extra(
     path = tmp_path / "data.parquet"
     path.write_bytes(b"PAR1")
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
-    with pytest.raises(DatasetError, match=r"rollout-sdk\[parquet\]"):
+    with pytest.raises(DatasetError, match=r"-e '\.\[parquet\]'"):
         read_rows(path)
 
 
@@ -100,7 +100,7 @@ def test_parquet_without_pyarrow_names_the_extra(
     ("row", "message"),
     [
         ({"system_prompt": "s", "user_prompt": "u"}, "no column 'ground_truth'"),
-        ({**ROW, "ground_truth": 47}, "'ground_truth' must be a string, got int"),
+        ({**ROW, "ground_truth": 47}, "'ground_truth' must be a string, got a number"),
         ({**ROW, "user_prompt": None}, "'user_prompt' is null"),
         ({**ROW, "system_prompt": "  "}, "'system_prompt' is empty"),
         (["not", "an", "object"], "must be an object"),

@@ -305,7 +305,7 @@ def test_without_fastmcp_the_error_names_the_extra(
 ) -> None:
     folder = write_folder(tmp_path / "tools", "from fastmcp import FastMCP\nmcp = FastMCP('x')\n")
     monkeypatch.setitem(sys.modules, "fastmcp", None)  # import fastmcp now raises ImportError
-    with pytest.raises(MCPLoadError, match=r"pip install 'rollout-sdk\[mcp\]'"):
+    with pytest.raises(MCPLoadError, match=r"pip install -c constraints.txt -e '\.\[mcp\]' in "):
         load_mcp_server(str(folder))
 
 

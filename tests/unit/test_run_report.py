@@ -3,19 +3,25 @@ summary whichever TrainGate side the rollouts talked to, one error line."""
 
 from __future__ import annotations
 
+import io
+import json
 import math
+import os
 import re
+from pathlib import Path
 
 import pytest
 
 from rollout_sdk.local.report import (
     MISSING,
+    STDOUT,
     RowOutcome,
     RunReport,
     fail,
     fmt_ms,
     format_summary,
     outcome_of,
+    write_output,
 )
 
 
@@ -77,3 +83,38 @@ def test_a_clean_run_is_ok_and_duplicates_are_not() -> None:
 def test_the_error_line_names_the_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert fail("rollout-sdk demo", "bad dataset", 2) == 2
     assert capsys.readouterr().err == "rollout-sdk demo: error: bad dataset\n"
+
+
+def _clean_report() -> RunReport:
+    return RunReport([outcome_of(0, _body(), duration_ms=5.0, init_ms=1.0)], total_duration_ms=10.0)
+
+
+def test_the_results_file_is_written_whole_its_folder_made(tmp_path: Path) -> None:
+    target = tmp_path / "out" / "results.json"
+    write_output(str(target), _clean_report())
+    assert json.loads(target.read_text())["summary"]["passed"] == 1
+    assert [p.name for p in target.parent.iterdir()] == ["results.json"]
+
+
+def test_a_failed_write_leaves_the_old_results_and_no_partial_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "results.json"
+    target.write_text('{"old": true}\n')
+
+    def fails(_source: object, _target: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", fails)  # the one report.py renames with
+    with pytest.raises(OSError, match="No space left"):
+        write_output(str(target), _clean_report())
+    assert target.read_text() == '{"old": true}\n'
+    assert os.listdir(tmp_path) == ["results.json"]
+
+
+def test_dash_writes_the_results_alone_on_the_stream(capsys: pytest.CaptureFixture[str]) -> None:
+    stream = io.StringIO()
+    write_output(STDOUT, _clean_report(), stdout=stream)
+    assert list(json.loads(stream.getvalue())) == ["summary", "results"]
+    assert capsys.readouterr() == ("", "")  # nothing else, and no file named "-"
+    assert not Path(STDOUT).exists()

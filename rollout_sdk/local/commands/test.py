@@ -33,7 +33,7 @@ def add_arguments(test: argparse.ArgumentParser) -> None:
         "--mcp",
         metavar="DIR",
         help="a folder whose main.py defines a FastMCP server: its tools, no agent code "
-        "(needs rollout-sdk[mcp])",
+        "(needs the mcp extra)",
     )
     test.add_argument(
         "-d", "--dataset", required=True, metavar="FILE", help="dataset: .jsonl, .csv or .parquet"
@@ -102,9 +102,17 @@ def _add_output(test: argparse.ArgumentParser) -> None:
     test.add_argument(
         "--debug",
         action="store_true",
+        # Not "debug": that is rollout-sdk's own --debug (tracebacks), which this one implies.
+        dest="test_debug",
         help="show the kit's logs and tracebacks; write ctx.log_event traces to ./test_debug",
     )
-    test.add_argument("-o", "--output", metavar="FILE", help="write the results as JSON here")
+    test.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write the results as JSON here; - writes them to stdout, alone (the progress and "
+        "the summary go to stderr), e.g. -o - | jq .summary",
+    )
     test.add_argument(
         "-q",
         "--quiet",
