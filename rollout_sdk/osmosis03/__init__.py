@@ -5,7 +5,7 @@ Its modules mirror those a 0.3.8 workflow imports from ``osmosis_ai.rollout``
 workflow moves over by replacing ``osmosis_ai.rollout`` with ``rollout_sdk.osmosis03`` in its
 imports, and ``rollout-sdk serve --workflow MODULE:ATTR --grader MODULE:ATTR`` serves it on the
 0.3.8 wire. Served by the kit's engine, not 0.3.8's ``LocalBackend`` (not here, nor the
-execution types only a backend uses): README.md, "For osmosis-ai 0.3.8 authors", says what
+execution types only a backend uses): docs/osmosis03.md says what
 differs. Pydantic and the standard library only.
 """
 

@@ -1,7 +1,7 @@
 """The HTTP stack under the TrainGate client: an ``aiohttp`` pool behind a POST of its own and
 behind an ``httpx`` transport's seam.
 
-Chosen by measurement (``python -m bench.clients``, README "Speed"): per rollout (two chat calls
+Chosen by measurement (``python -m bench.clients``, docs/performance.md): per rollout (two chat calls
 and one callback), httpx's own pool (httpcore) cost the client process about 14 ms of CPU,
 httpx2 about 7, httpx with the httpx-aiohttp transport about 4.4, aiohttp alone about 2; this
 transport, called without ``httpx.AsyncClient`` above it, comes within a few tenths of a

@@ -3,6 +3,7 @@ every parameter and no other, and the first deploy's outputs table every output.
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
@@ -49,27 +50,62 @@ def test_the_first_deploy_lists_every_output() -> None:
     assert f"{words[len(outputs)]} outputs" in section
 
 
-def test_readmes_table_of_test_options_is_test_s_help() -> None:
-    """Every option README's ``rollout-sdk test`` table names is one ``test --help`` has, and
-    the other way round."""
-    import argparse
-
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
     from rollout_sdk.local.cli import build_parser
 
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("| Option | Default | |")
-    table = readme[start : readme.index("\n\n", start)]
-    documented = set(re.findall(r"`(-{1,2}[a-z][a-z-]*)", table))
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    test = sub.choices["test"]
-    offered = {
+    return dict(sub.choices)
+
+
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    return {
         option
-        for action in test._actions
+        for action in parser._actions
         for option in action.option_strings
         if option not in ("-h", "--help")
     }
+
+
+def test_the_table_of_test_s_options_is_test_s_help() -> None:
+    """Every option docs/local.md's ``rollout-sdk test`` table names is one ``test --help``
+    has, and the other way round."""
+    local = (ROOT / "docs" / "local.md").read_text()
+    start = local.index("| Option | Default | |")
+    table = local[start : local.index("\n\n", start)]
+    documented = set(re.findall(r"`(-{1,2}[a-z][a-z-]*)", table))
+    offered = _options(_subcommands()["test"])
     assert documented == offered, (
-        f"in --help only: {sorted(offered - documented)}; in README only: "
+        f"in --help only: {sorted(offered - documented)}; in docs/local.md only: "
         f"{sorted(documented - offered)}"
     )
+
+
+USER_DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+
+
+@pytest.mark.parametrize("doc", USER_DOCS, ids=lambda p: p.name)
+def test_every_command_line_the_docs_give_is_one_the_cli_takes(doc: Path) -> None:
+    """Each ``rollout-sdk COMMAND ... --option`` a document shows (in a code block or inline
+    code) names a command ``rollout-sdk --help`` lists and options that command's ``--help``
+    has, so a renamed or removed flag cannot linger in the docs."""
+    commands = _subcommands()
+    text = doc.read_text().replace("\\\n", " ")
+    lines = re.findall(r"^\s*(?:\.venv/bin/)?rollout-sdk (.+)$", text, re.M)
+    lines += re.findall(r"`(?:\.venv/bin/)?rollout-sdk ([^`]+)`", text)
+    wrong: list[str] = []
+    for line in lines:
+        words = line.split("#")[0].split()
+        words = [w for w in words if w != "--debug"] if words[:1] == ["--debug"] else words
+        if not words or not re.fullmatch(r"[a-z][a-z-]*", words[0]):
+            continue  # "rollout-sdk --help", "rollout-sdk[mcp]", prose
+        name = words[0]
+        if name not in commands:
+            wrong.append(f"no command {name!r}: {line.strip()}")
+            continue
+        offered = _options(commands[name])
+        for word in words[1:]:
+            flag = word.split("=", 1)[0]
+            if re.fullmatch(r"-{1,2}[a-z][a-z-]*", flag) and flag not in offered:
+                wrong.append(f"{name} has no {flag}: {line.strip()}")
+    assert not wrong, "; ".join(wrong)

@@ -1,4 +1,4 @@
-"""What the one runner changed for ``demo`` and for ``create_app``'s callers, as the README
+"""What the one runner changed for ``demo`` and for ``create_app``'s callers, as docs/local.md
 (the demo) and docs/porting.md (``create_app``) say: the demo's rollouts are named as test's (``demo-N``, numbered on across ``--repeat``), and
 ``create_app``'s old kit-only switches are ignored with a warning naming them."""
 

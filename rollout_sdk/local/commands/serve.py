@@ -21,7 +21,7 @@ HELP = "run the local rollout server"
 DESCRIPTION = (
     "Run the local rollout server: the same app and worker code as on Lambda, in one "
     "process, behind uvicorn. Settings come from the OSMOSIS_ROLLOUT_* and "
-    "ROLLOUT_SDK_* environment variables (see the README). The server calls TrainGate "
+    "ROLLOUT_SDK_* environment variables (docs/settings.md). The server calls TrainGate "
     "at public, loopback and private addresses, never link-local ones (cloud metadata) "
     "unless ROLLOUT_SDK_ALLOW_LINK_LOCAL=true, and only the hosts in "
     "ROLLOUT_SDK_ALLOWED_SERVER_HOSTS when it is set: an init naming another is a 422 "
@@ -29,7 +29,7 @@ DESCRIPTION = (
     "counts checked before parsing (413), answers to ROLLOUT_SDK_MAX_ANSWER_BYTES. "
     "With --workflow it also serves osmosis-ai 0.3.8's wire (POST /rollout, "
     "GET /rollout/{id}/result, POST /rollout/cancel) for an AgentWorkflow and Grader written "
-    "against rollout_sdk.osmosis03 (README, 'For osmosis-ai 0.3.8 authors')."
+    "against rollout_sdk.osmosis03 (docs/osmosis03.md)."
 )
 
 
@@ -47,7 +47,7 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
         "--mcp",
         metavar="DIR",
         help="instead of --agent: serve the built-in MCPAgentLoop on the FastMCP server that "
-        "DIR/main.py defines, e.g. examples/mcp_calculator (needs pip install 'rollout-sdk[mcp]')",
+        "DIR/main.py defines, e.g. examples/mcp_calculator (needs the mcp extra)",
     )
     workflow = serve.add_argument_group(
         "osmosis-ai 0.3.8",
@@ -152,7 +152,7 @@ def _add_running(serve: argparse.ArgumentParser) -> None:
         "--loop",
         default="auto",
         choices=("auto", "asyncio", "uvloop"),
-        help="uvicorn's event loop (default auto: uvloop when installed; the kit does not install it, by measurement: README, 'The local server')",
+        help="uvicorn's event loop (default auto: uvloop when installed; the kit does not install it, by measurement: docs/local.md, 'The local server')",
     )
     serve.add_argument(
         "--http",
