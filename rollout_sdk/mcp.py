@@ -44,7 +44,7 @@ from rollout_sdk.agent.tools import (
     serialize_tool_result,
 )
 from rollout_sdk.errors import MCPLoadError
-from rollout_sdk.project import install_hint
+from rollout_sdk.project import install_hint, project_path
 from rollout_sdk.protocol import (
     OpenAIFunctionParametersSchema,
     OpenAIFunctionPropertySchema,
@@ -129,7 +129,7 @@ def load_mcp_server(mcp_path: str) -> Any:
     Raises MCPLoadError, saying what to fix, when the folder or its ``main.py`` is missing,
     FastMCP is not installed, ``main.py`` fails to import, or it defines no FastMCP instance.
     """
-    folder = os.path.abspath(mcp_path)
+    folder = os.path.abspath(project_path(mcp_path))  # from here, else the project's root
     if not os.path.isdir(folder):
         raise MCPLoadError(
             f"MCP directory does not exist: {folder}. Pass the folder that holds the server's "

@@ -21,7 +21,7 @@ segment; that costs the function nothing. With ``POWERTOOLS_TRACE_DISABLED=false
 ``Tracing`` parameter set to ``subsegments``) the kit adds subsegments for init's claim and
 hand-off, each chat call and the callback, each annotated with the rollout_id, through Powertools
 Tracer and the X-Ray SDK under it. The SDK is imported only then (it is in maintenance, and
-costs the cold start: docs/aws.md, "Tracing"). The subsegments hang directly off the invocation's
+costs the cold start: docs/aws.md, "Metrics, traces and logs"). The subsegments hang directly off the invocation's
 segment and are sent when they close: the X-Ray SDK keeps open subsegments on one stack per
 thread, and a queue batch runs its rollouts concurrently on one thread, so nesting them through
 that stack (Powertools' ``capture_method``, ``in_subsegment_async``) would parent one rollout's

@@ -21,5 +21,6 @@ def require_suite_agent(target: Target) -> None:
         pytest.skip(
             f"{target.description} serves agent {target.agent!r}, not the suite's {NAME!r}: "
             f"this check needs a test stack deployed with AgentLoop={SUITE_AGENT} "
-            "(docs/aws.md, 'First deploy'); it runs against the local server in every make test"
+            "(docs/aws.md, 'A test stack for every check'); it runs against the local server in "
+            "every make test"
         )

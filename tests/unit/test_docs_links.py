@@ -133,3 +133,45 @@ def test_each_word_of_the_kit_links_to_the_glossary_where_first_used(doc: Path) 
         f"{doc.relative_to(ROOT)}: first used without a link to docs/glossary.md: "
         + ", ".join(unlinked)
     )
+
+
+# Where the code and the docs send a reader by name: `docs/aws.md, "First deploy"` (or
+# README's, or a doc of the same folder's), in a docstring, a comment, a message or a doc.
+_SECTION_REF = re.compile(r"((?:docs/)?[a-z0-9-]+\.md|README)`?,?\s+[\"'“]([^\"'”\n]{3,80})[\"'”]")
+_SOURCES = sorted(
+    [
+        *(ROOT / "rollout_sdk").rglob("*.py"),
+        *(ROOT / "bench").rglob("*.py"),
+        *(ROOT / "testkit").rglob("*.py"),
+        ROOT / "handler.py",
+        ROOT / "Makefile",
+        ROOT / "template.yaml",
+        *DOCS,
+    ]
+)
+
+
+def _sections(path: Path) -> list[str]:
+    """A document's headings and its bold paragraph leads (``**Counts before parsing.**``)."""
+    text = _FENCE.sub("", path.read_text())
+    titles = re.findall(r"^#{1,6} (.+)$", text, re.M) + re.findall(
+        r"^\*\*([^*\n]+)\*\*", text, re.M
+    )
+    return [re.sub(r"[`*]|\[([^\]]*)\]\([^)]*\)", r"\1", title).strip().lower() for title in titles]
+
+
+def test_every_section_named_by_name_is_there() -> None:
+    missing: list[str] = []
+    for source in _SOURCES:
+        # wrapped lines (and a comment's or docstring's continuation) joined into one
+        text = re.sub(r"\s*\n\s*(?:#\s*)?", " ", source.read_text())
+        for name, section in _SECTION_REF.findall(text):
+            target = ROOT / ("README.md" if name == "README" else name)
+            if "/" not in name and name != "README":
+                target = ROOT / "docs" / name
+            where = source.relative_to(ROOT)
+            if not target.exists():
+                missing.append(f"{where}: no file {name}")
+            elif section.strip().rstrip(".,").lower() not in " | ".join(_sections(target)):
+                missing.append(f"{where}: no section {section!r} in {name}")
+    assert not missing, "; ".join(missing)

@@ -377,6 +377,17 @@ def test_an_mcp_spec_loads_the_folders_loop(monkeypatch: pytest.MonkeyPatch) -> 
         load_agent_loop("mcp:examples/no_such_folder")
 
 
+def test_a_relative_mcp_folder_is_found_from_outside_the_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From a folder outside the project, ``examples/mcp_calculator`` is the project's own, as
+    every relative path the commands take is; one that is nowhere names the folder looked at."""
+    monkeypatch.chdir(tmp_path)
+    assert isinstance(load_agent_loop("mcp:examples/mcp_calculator"), MCPAgentLoop)
+    with pytest.raises(MCPLoadError, match=f"does not exist: {tmp_path}/elsewhere"):
+        load_agent_loop("mcp:elsewhere")
+
+
 # ---------------------------------------------------------------- what imports what
 
 

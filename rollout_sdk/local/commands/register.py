@@ -29,8 +29,9 @@ def add_arguments(register: argparse.ArgumentParser) -> None:
     )
     register.add_argument(
         "--token",
-        help="your platform access token (or OSMOSIS_PLATFORM_TOKEN, which keeps it out of the "
-        "process list)",
+        help="your Osmosis platform access token, the personal access token the Osmosis CLI's "
+        "'osmosis auth login --token' takes (or OSMOSIS_PLATFORM_TOKEN, which keeps it out of "
+        "the process list)",
     )
     register.add_argument(
         "--workspace", help="workspace id sent as X-Osmosis-Org (or OSMOSIS_WORKSPACE_ID)"
