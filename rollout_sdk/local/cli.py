@@ -19,6 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rollout-sdk",
         description="Run remote-rollout agent loops for RL training: locally, or on AWS Lambda.",
+        epilog="Each command takes --help. In a copy of the kit's repository: docs/local.md (the "
+        "local commands, and Troubleshooting for what an error means), docs/aws.md (deploying).",
     )
     parser.add_argument(
         "--debug",
