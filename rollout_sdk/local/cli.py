@@ -41,8 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    # test's own --debug (its dest test_debug) shows the tracebacks too.
-    report.DEBUG = bool(args.debug or getattr(args, "test_debug", False))
+    report.DEBUG = bool(args.debug)
     try:
         return int(args.func(args))
     except KeyboardInterrupt:

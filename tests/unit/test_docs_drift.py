@@ -96,7 +96,8 @@ def test_every_command_line_the_docs_give_is_one_the_cli_takes(doc: Path) -> Non
     wrong: list[str] = []
     for line in lines:
         words = line.split("#")[0].split()
-        words = [w for w in words if w != "--debug"] if words[:1] == ["--debug"] else words
+        if words[:1] == ["--debug"]:
+            words = words[1:]  # rollout-sdk's own option, before the command
         if not words or not re.fullmatch(r"[a-z][a-z-]*", words[0]):
             continue  # "rollout-sdk --help", "rollout-sdk[mcp]", prose
         name = words[0]

@@ -130,6 +130,10 @@ def _add_output(test: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the rows; the exit status."""
+    from rollout_sdk.local import report
     from rollout_sdk.local.testrun import run_test
+
+    if args.test_debug:
+        report.DEBUG = True  # test's own --debug implies rollout-sdk's (the tracebacks)
 
     return run_test(args)
