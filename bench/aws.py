@@ -538,6 +538,15 @@ def cold_start(
                     failures.append(f"{mode} round {i}: api {api.get('status')}")
                 elif (worker.get("result") or {}).get("state") != "DELIVERED":
                     failures.append(f"{mode} round {i}: worker {worker.get('result')}")
+                for child in (api, worker):
+                    data = child.get("botocore_data") or {}
+                    if data.get("folder") and not data.get("used"):
+                        failures.append(
+                            f"{mode} round {i}: {child['mode']}: the kit's clients did not read "
+                            f"its botocore data (built from botocore {data.get('built_from')}, "
+                            f"the runtime's is {data.get('runtime_botocore')}): the figure "
+                            "would be botocore's whole data's"
+                        )
                 for child in (bare, api, worker):
                     network += child.get("network_attempts") or []
                     if "error" in child and child["error"] != "no worker event":

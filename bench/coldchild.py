@@ -111,6 +111,27 @@ def _worker(handler: Any, event: Any, out: dict[str, Any]) -> None:
         out["claimed"], out["claim_operation"] = writes[0]
 
 
+def _botocore_data(handler: Any) -> dict[str, Any]:
+    """Whether the kit's clients read the layer's botocore data: only under the botocore it was
+    built from (a runtime with another reads botocore's whole data, a slower cold start that a
+    figure must not take for the kit's)."""
+    import botocore
+
+    from rollout_sdk.aws.clients import BOTOCORE_VERSION_FILE, usable_botocore_data
+
+    folder = handler.runtime.clients.botocore_data
+    try:
+        built_from = (folder / BOTOCORE_VERSION_FILE).read_text(encoding="utf-8").strip()
+    except (OSError, TypeError):
+        built_from = None
+    return {
+        "folder": None if folder is None else str(folder),
+        "built_from": built_from,
+        "runtime_botocore": botocore.__version__,
+        "used": usable_botocore_data(folder) is not None,
+    }
+
+
 def main(argv: list[str]) -> dict[str, Any]:
     mode = argv[0]
     out: dict[str, Any] = {"mode": mode}
@@ -125,7 +146,9 @@ def main(argv: list[str]) -> dict[str, Any]:
         out["imported"] = time.monotonic()
         with open(argv[1], encoding="utf-8") as handle:
             event = json.load(handle)
-        (_api if mode == "api" else _worker)(sys.modules["handler"], event, out)
+        handler = sys.modules["handler"]
+        (_api if mode == "api" else _worker)(handler, event, out)
+        out["botocore_data"] = _botocore_data(handler)
         return out
     except Exception as exc:  # reported to the parent, which records the failure
         out["error"] = f"{type(exc).__name__}: {exc}"[:1000]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -153,18 +154,19 @@ def shipped_boto3(artifact: Artifact) -> bool:
 
 
 def runtime_boto3(python: str, cache: Path) -> Path:
-    """boto3 for the runtime's Python, installed once into ``cache`` (the runtime provides it)."""
+    """boto3 and botocore for the runtime's Python, at the versions constraints.txt pins (the
+    kit's botocore data is built from that botocore: with another, its clients read botocore's
+    whole data, and a cold start would measure that), installed once into ``cache`` and again
+    when the pins change (the runtime provides them; no artifact ships them)."""
+    pins = [
+        line.strip()
+        for line in (ROOT / "constraints.txt").read_text(encoding="utf-8").splitlines()
+        if line.startswith(("boto3==", "botocore=="))
+    ]
     marker = cache / ".installed"
-    if not marker.exists():
-        version = next(
-            (
-                line.strip().split("==")[1]
-                for line in (ROOT / "constraints.txt").read_text().splitlines()
-                if line.startswith("boto3==")
-            ),
-            None,
-        )
-        spec = f"boto3=={version}" if version else "boto3"
+    if not marker.exists() or marker.read_text(encoding="utf-8").split() != pins:
+        if cache.exists():
+            shutil.rmtree(cache)
         subprocess.run(  # noqa: S603 - a fixed argv list, no shell
             [
                 python,
@@ -175,12 +177,12 @@ def runtime_boto3(python: str, cache: Path) -> Path:
                 "--disable-pip-version-check",
                 "--target",
                 str(cache),
-                spec,
+                *(pins or ["boto3"]),
             ],
             check=True,
             timeout=600,
         )
-        marker.touch()
+        marker.write_text("\n".join(pins) + "\n", encoding="utf-8")
     return cache
 
 
