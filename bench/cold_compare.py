@@ -9,7 +9,11 @@ no bytecode written), the variants alternated within each round.
 A variant is ``NAME:VAR=VALUE,...``: environment variables set on top of the function's (an
 empty value list is the artifact as built). ``LAYER`` is not a variable: it replaces the
 dependency layer's ``python/`` folder on the path (a copy of the layer with something put back,
-say), so a lever of the layer's content is measured against the same code. How each cold-start
+say), so a lever of the layer's content is measured against the same code; ``CODE`` likewise
+replaces the function's code folder (on the path, and the children's working folder): another
+tree's code built as the Makefile's function_artifact builds it, say
+``make build-ApiFunction ARTIFACTS_DIR=/tmp/code-before`` in that tree with
+``PYENV_VERSION=3.13.0``, so a lever of the kit's code is measured against the same layer. How each cold-start
 lever of docs/performance.md was measured before it was kept. One warm-up round is not
 counted; each figure is the median of the rounds' ratios, with each child's CPU time (user and
 system) beside.
@@ -69,17 +73,22 @@ def compare(rounds: int, variants: dict[str, dict[str, str]]) -> dict[str, dict[
         site = str(artifact.layers[0] / "python")
         for i in range(rounds + 1):
             for name, variables in variants.items():
-                extra = {k: v for k, v in variables.items() if k != "LAYER"}
+                extra = {k: v for k, v in variables.items() if k not in ("LAYER", "CODE")}
+                code = Path(variables["CODE"]) if "CODE" in variables else artifact.code
                 envs = {}
                 for kind, base in function_vars.items():
                     env = {**aws.mode_env("lambda", base, artifact, boto3), **extra}
                     if "LAYER" in variables:
                         env["PYTHONPATH"] = env["PYTHONPATH"].replace(site, variables["LAYER"])
+                    if "CODE" in variables:
+                        env["PYTHONPATH"] = env["PYTHONPATH"].replace(
+                            str(artifact.code), variables["CODE"]
+                        )
                     envs[kind] = env
                 bare, api, worker = aws.cold_round(
                     python.executable,
                     envs,
-                    artifact.code,
+                    code,
                     workdir,
                     standin,
                     url,

@@ -23,6 +23,9 @@ from typing import Any
 
 from bench.common import child_env, median
 
+#: A bound on one invocation (a round of two trees is about a minute here).
+MAX_ROUNDS = 30
+
 #: What one child runs in its tree: a baseline_aiohttp run, then each store; ratios to stdout.
 _CHILD = """
 import json, sys
@@ -66,9 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stores", default="memory,sqlite")
     args = parser.parse_args(argv)
     stores = [s for s in args.stores.split(",") if s]
-    missing = [t for t in args.trees if not (t / "rollout_sdk").is_dir()]
-    if missing or not 1 <= args.rounds <= 10:
-        print(f"bench.compare: not a checkout: {missing}; rounds 1-10", file=sys.stderr)
+    missing = [str(t) for t in args.trees if not (t / "rollout_sdk").is_dir()]
+    if missing:
+        print(f"bench.compare: not a checkout: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    if not 1 <= args.rounds <= MAX_ROUNDS:
+        print(f"bench.compare: --rounds {args.rounds}: give 1 to {MAX_ROUNDS}", file=sys.stderr)
         return 2
     seen: dict[Path, list[dict[str, float]]] = {tree: [] for tree in args.trees}
     for number in range(1, args.rounds + 1):

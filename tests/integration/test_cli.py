@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import textwrap
 from pathlib import Path
@@ -9,6 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rollout_sdk.testing.standin import TrainGateStandIn
+from rollout_sdk.testing.threads import ServerThread
+from testkit.bodies import calculator_body
 from testkit.processes import ServerProcess
 
 from .support import run_cli
@@ -213,3 +217,29 @@ def test_serve_says_at_start_up_what_a_memory_store_forgets(
     assert what_a_restart_forgets("sqlite", embedded=False) is None
     assert "embedded emulator forgets" in str(what_a_restart_forgets("dynamodb", embedded=True))
     assert what_a_restart_forgets("dynamodb", embedded=False) is None  # swept at restart
+
+
+@pytest.mark.parametrize(("level", "shown"), [("info", True), ("warning", False)])
+def test_serve_log_level_sets_the_kits_lines_too(
+    tmp_path: Path, standin: TrainGateStandIn, traingate: ServerThread, level: str, shown: bool
+) -> None:
+    """``--log-level`` is the kit's level as well as uvicorn's: at info a rollout's steps are
+    lines of their own; at warning (how make bench runs the server under load) they are not
+    written, nor paid for."""
+    with ServerProcess(
+        store="memory", state_dir=tmp_path, server_key="cli-key", log_level=level
+    ) as server:
+        answer = httpx.post(
+            f"{server.url}/v1/rollout/init",
+            json=calculator_body("r-log", traingate.url),
+            headers={"Authorization": "Bearer cli-key"},
+            timeout=10,
+        )
+        assert answer.status_code == 202, answer.text
+        assert standin.wait_for(1, 20), server.log_tail()
+    assert standin.completions["r-log"][0]["status"] == "COMPLETED"
+    log = (tmp_path / "server.log").read_text(encoding="utf-8")
+    accepted = re.search(
+        r" INFO rollout_sdk\.engine\.service: rollout accepted rollout_id=r-log", log
+    )
+    assert (accepted is not None) is shown, log

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from typing import TYPE_CHECKING
 
@@ -146,7 +147,12 @@ def _add_running(serve: argparse.ArgumentParser) -> None:
         help="write each rollout's ctx.log_event trace as JSON lines here",
     )
     serve.add_argument(
-        "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
+        "--log-level",
+        default="info",
+        choices=("critical", "error", "warning", "info", "debug"),
+        help="the kit's lines and uvicorn's (default info: a line for each step of each "
+        "rollout; warning under load, where those lines cost CPU: docs/local.md, 'The local "
+        "server')",
     )
     serve.add_argument(
         "--loop",
@@ -215,8 +221,9 @@ def run(args: argparse.Namespace) -> int:
         return fail(str(exc), 2)
     from rollout_sdk.local import logs
 
-    # The kit's lines: time, level, rollout_id and category on each (while it serves).
-    with logs.configured():
+    # The kit's lines: time, level, rollout_id and category on each (while it serves), at the
+    # level --log-level gives uvicorn's.
+    with logs.configured(logging.getLevelNamesMapping()[args.log_level.upper()]):
         return _serve(args, agent_loop, exposure, keys, settings, workflows)
 
 
