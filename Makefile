@@ -68,7 +68,7 @@ load: $(STAMP)
 load-dynamodb: $(STAMP)
 	$(BIN)/python -m bench.load --rollouts 300 --concurrency 50 --store dynamodb
 
-# The benchmarks (bench/bench.py), loopback only, about 10 minutes (docs/performance.md): throughput and init latency
+# The benchmarks (bench/bench.py), loopback only, about 7 minutes (docs/performance.md): throughput and init latency
 # per store against the bare-protocol baseline, SDK overhead per chat call, memory per rollout
 # in flight, AWS requests per rollout, cold start, init parse cost and the answer cap (fresh
 # processes), the re-drive's reads beside 1k, 10k and 100k
