@@ -189,9 +189,13 @@ class Settlement(Wiring):
         rollout once, naming ``reason``. When a live lease holds the record (a delivery of the
         job still runs it, or died moments ago), wait for the lease to be renewed or run out
         first. Returns the record as it ends up."""
-        record = await self.settle(job.rollout_id, reason=reason, api_key=job.api_key)
+        record, acted = await self.settle_once(job.rollout_id, reason=reason, api_key=job.api_key)
         held = record is not None and record.state in (RecordState.RUNNING, RecordState.FINISHED)
-        if held and record is not None and not record.lease_free(self.clock()):
+        if held and not acted:
+            # Refused for a lease that was live when the move was judged: it may be live still,
+            # or have run out since, and then nobody else would settle it. The watch settles
+            # it once the lease is free, or leaves it to an owner that renews it. (A rollout
+            # this call delivered, or parked when its callback failed, is left as it is.)
             await self.await_owner(job, reason=reason)
             record = await self.store.get(job.rollout_id, now=self.clock())
         return record

@@ -244,3 +244,37 @@ async def test_a_redelivered_job_waits_out_a_live_owner_and_sends_nothing() -> N
     assert await engine.require_worker().run(Job("r1", api_key=KEY)) is None
     await owner
     assert gate.on(COMPLETED_PATH) == []
+
+
+async def test_a_failed_job_whose_lease_runs_out_while_it_is_settled_is_still_reported() -> None:
+    """The on-failure destination reads the record while the dead worker's lease is live, so
+    its move is refused; the lease runs out before it looks again: it must settle the rollout
+    then, not return it FINISHED for nobody to report (a race make reliability found)."""
+    gate = FakeTrainGate(completed=[httpx.Response(503), httpx.Response(200, json={"ok": True})])
+    engine, store, gate, _ = await rig(gate=gate)
+    await engine.require_worker().run(Job("r1", api_key=KEY))  # FINISHED, the callback failed
+    record = await store.get("r1", now=time.time())
+    assert record is not None and record.state == RecordState.FINISHED
+    lease_until = time.time() + 0.3
+    moved = await store.reclaim_delivery(
+        "r1", attempt=record.attempt, lease_until=lease_until, now=time.time()
+    )
+    assert moved.applied  # a delivery holds it, and dies
+    real = store.reclaim_delivery
+    refused = asyncio.Event()
+
+    async def judged_before_the_lease_ran_out(*args: Any, **kwargs: Any) -> TransitionResult:
+        if not refused.is_set():
+            refused.set()
+            kwargs["now"] = lease_until - 0.01  # the move judged while the lease was live
+            result = await real(*args, **kwargs)
+            await asyncio.sleep(max(0.0, lease_until - time.time()) + 0.05)  # then it runs out
+            return result
+        return await real(*args, **kwargs)
+
+    store.reclaim_delivery = judged_before_the_lease_ran_out  # type: ignore[method-assign]
+    sent_before = len(gate.on(COMPLETED_PATH))
+    final = await engine.settlement.report_failed_job(Job("r1", api_key=KEY), reason="lost")
+    assert refused.is_set()
+    assert final is not None and final.state == RecordState.DELIVERED
+    assert len(gate.on(COMPLETED_PATH)) == sent_before + 1
