@@ -538,8 +538,11 @@ def cold_start(
                     failures.append(f"{mode} round {i}: api {api.get('status')}")
                 elif (worker.get("result") or {}).get("state") != "DELIVERED":
                     failures.append(f"{mode} round {i}: worker {worker.get('result')}")
-                for child in (api, worker):
-                    data = child.get("botocore_data") or {}
+                for child in (bare, api, worker):
+                    network += child.get("network_attempts") or []
+                    if "error" in child and child["error"] != "no worker event":
+                        failures.append(f"{mode} round {i}: {child['mode']}: {child['error']}")
+                    data = child.get("botocore_data") or {}  # the API's and the worker's
                     if data.get("folder") and not data.get("used"):
                         failures.append(
                             f"{mode} round {i}: {child['mode']}: the kit's clients did not read "
@@ -547,10 +550,6 @@ def cold_start(
                             f"the runtime's is {data.get('runtime_botocore')}): the figure "
                             "would be botocore's whole data's"
                         )
-                for child in (bare, api, worker):
-                    network += child.get("network_attempts") or []
-                    if "error" in child and child["error"] != "no worker event":
-                        failures.append(f"{mode} round {i}: {child['mode']}: {child['error']}")
                 if i == 0:  # round 0 warms the OS's file cache and (warm) the bytecode cache
                     continue
                 rounds[mode].append(

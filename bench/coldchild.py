@@ -115,15 +115,17 @@ def _botocore_data(handler: Any) -> dict[str, Any]:
     """Whether the kit's clients read the layer's botocore data: only under the botocore it was
     built from (a runtime with another reads botocore's whole data, a slower cold start that a
     figure must not take for the kit's)."""
+    import contextlib  # here, after the figures' end: nothing more before the timed part
+
     import botocore
 
     from rollout_sdk.aws.clients import BOTOCORE_VERSION_FILE, usable_botocore_data
 
     folder = handler.runtime.clients.botocore_data
-    try:
-        built_from = (folder / BOTOCORE_VERSION_FILE).read_text(encoding="utf-8").strip()
-    except (OSError, TypeError):
-        built_from = None
+    built_from = None
+    if folder is not None:
+        with contextlib.suppress(OSError):  # no version file: not used, and said so
+            built_from = (folder / BOTOCORE_VERSION_FILE).read_text(encoding="utf-8").strip()
     return {
         "folder": None if folder is None else str(folder),
         "built_from": built_from,
