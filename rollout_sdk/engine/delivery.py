@@ -60,11 +60,14 @@ class Delivery(Wiring):
     def _ttl(self) -> float:
         return float(self.settings.server.record_ttl_seconds)
 
-    async def deliver(self, record: RolloutRecord, *, api_key: str | None) -> RolloutRecord:
+    async def deliver(
+        self, record: RolloutRecord, *, api_key: str | None, body: bytes | None = None
+    ) -> RolloutRecord:
         """Send the stored final response, holding the record's lease; record the outcome.
 
         Never sends after a 2xx: the caller holds the lease (from finishing, or from claiming the
-        delivery), and every outcome is written conditionally on that holding.
+        delivery), and every outcome is written conditionally on that holding. ``body`` is the
+        stored response's encoding, when the caller made it (the worker, as it finishes).
         """
         response = record.response
         if response is None or record.state != RecordState.FINISHED:
@@ -97,8 +100,10 @@ class Delivery(Wiring):
             ):
                 # The stored dump is sent as it is: it is what finish wrote from the validated
                 # response, so validating and dumping it again (once per rollout) would only
-                # rebuild the same JSON.
-                result = await self.client.complete_rollout(server_url, response, api_key=api_key)
+                # rebuild the same JSON; and its encoding, if the worker made it, as that is.
+                result = await self.client.complete_rollout(
+                    server_url, response, api_key=api_key, body=body
+                )
             return await self._record(record, result, api_key)
 
     async def _record(

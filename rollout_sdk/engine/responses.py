@@ -14,20 +14,44 @@ estimate there, as ``cost`` (:mod:`rollout_sdk.cost`).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from rollout_sdk.agent.loop import RolloutResult
 from rollout_sdk.errors import FailureCategory, RolloutError
 from rollout_sdk.protocol import EXTRA_KEY, RolloutMetrics, RolloutResponse, RolloutStatus
+from rollout_sdk.traingate.client import encode_json
 
 logger = logging.getLogger("rollout_sdk.engine.responses")
 
 
 #: The finish_reason of an ERROR by its category (v1's values: error, timeout, cancelled).
 _FINISH_REASONS = {FailureCategory.TIMEOUT: "timeout", FailureCategory.CANCELLED: "cancelled"}
+
+
+class FinalResponse(NamedTuple):
+    """A final response in the two forms it travels in, each made once: the JSON-ready dump the
+    record stores (the outbox) and, for the callback, its encoding as the TrainGate client posts
+    it. Made where the worker checks that JSON can carry the response, so neither finish nor the
+    callback dumps or encodes it again (a NamedTuple: one per rollout, nothing to validate)."""
+
+    model: RolloutResponse
+    #: ``model.model_dump(mode="json")``.
+    dump: dict[str, Any]
+    #: :func:`~rollout_sdk.traingate.client.encode_json` of ``dump``; None when JSON cannot
+    #: carry it (a NaN the agent put in a message): the callback then fails as final, saying so.
+    body: bytes | None
+
+
+def final_form(response: RolloutResponse) -> FinalResponse:
+    """``response``'s dump and, if JSON can carry it, its encoding."""
+    dump = response.model_dump(mode="json")
+    try:
+        body: bytes | None = encode_json(dump)
+    except (ValueError, TypeError):
+        body = None
+    return FinalResponse(response, dump, body)
 
 
 def failure_fields(category: FailureCategory, attempt: int) -> dict[str, Any]:
@@ -121,8 +145,9 @@ def to_response(
     elapsed_ms: float,
     *,
     attempt: int,
-) -> RolloutResponse:
-    """The wire response for an outcome; ValueError/TypeError when the protocol cannot carry it."""
+) -> FinalResponse:
+    """The wire response for an outcome, dumped and encoded; ValueError/TypeError when the
+    protocol cannot carry it."""
     # The kit's own ERROR responses carry the context's metrics; an agent's result may carry its
     # own RolloutMetrics.
     metrics: RolloutMetrics | None = None
@@ -154,6 +179,7 @@ def to_response(
     for name, value in response.metrics.model_dump().items():
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"metrics.{name} must be a finite number, got {value}")
-    # JSON as TrainGate will get it: fails here, not at the callback, if it cannot be encoded.
-    json.dumps(response.model_dump(mode="json"), allow_nan=False)
-    return response
+    # JSON as TrainGate will get it: fails here, not at the callback, if it cannot be encoded;
+    # the encoding made for the check is the one the callback posts.
+    dump = response.model_dump(mode="json")
+    return FinalResponse(response, dump, encode_json(dump))

@@ -32,9 +32,11 @@ from rollout_sdk.agent.loop import (
 )
 from rollout_sdk.engine.costs import NO_COSTS, CostLedger
 from rollout_sdk.engine.responses import (
+    FinalResponse,
     agent_failure,
     error_response,
     failure_of,
+    final_form,
     messages_or_empty,
     to_response,
 )
@@ -179,7 +181,7 @@ class RolloutWorker:
             self.telemetry.count(Metric.ROLLOUTS_STARTED)
         logger.info("rollout claimed", extra={"rollout_id": job.rollout_id, "attempt": job.attempt})
         if record.cancel_requested and journal is None:
-            response = (
+            final = final_form(
                 _cancelled_workflow(job.rollout_id, record.cancel_reason, job.attempt)
                 if record.protocol == PROTOCOL_OSMOSIS03
                 else error_response(
@@ -190,10 +192,10 @@ class RolloutWorker:
                 )
             )
         else:
-            response = await self._execute(record, job, budget, journal)
+            final = await self._execute(record, job, budget, journal)
         watch = self.leases.watches(record)
         try:
-            finished = await self._finish(job, response, watch=watch)
+            finished, final = await self._finish(job, final, watch=watch)
         except StoreError as exc:
             # The response could not be stored (too large, a store error): store a small ERROR
             # that says why instead, so the rollout still ends with one reported status.
@@ -201,14 +203,14 @@ class RolloutWorker:
                 "final response not stored; storing an ERROR instead",
                 extra={"rollout_id": job.rollout_id, "error": str(exc)},
             )
-            response = error_response(
+            stored_instead = error_response(
                 job.rollout_id,
                 f"the final response could not be stored: {exc}",
                 category=FailureCategory.INFRASTRUCTURE,
                 attempt=job.attempt,
-                metrics=response.metrics,
+                metrics=final.model.metrics,
             )
-            finished = await self._finish(job, response, watch=watch)
+            finished, final = await self._finish(job, final_form(stored_instead), watch=watch)
         if not finished.applied or finished.record is None:
             # Someone else (a recovery) fixed the final response first; theirs stands.
             logger.warning(
@@ -216,18 +218,20 @@ class RolloutWorker:
             )
             return finished.record
         failure = failure_of(finished.record.response)
+        status = final.model.status.value
         self.telemetry.count(
             Metric.ROLLOUTS_FINISHED,
-            **finished_dimensions(
-                response.status.value, str(failure["category"]) if failure else None
-            ),
+            **finished_dimensions(status, str(failure["category"]) if failure else None),
         )
         self.telemetry.observe(Metric.ROLLOUT_DURATION, max(0.0, self.clock() - claimed_at))
         logger.info(
             "rollout finished",
-            extra={"rollout_id": job.rollout_id, "status": response.status.value},
+            extra={"rollout_id": job.rollout_id, "status": status},
         )
-        return await self.delivery.deliver(finished.record, api_key=job.api_key)
+        # The encoding made with the dump is posted as it is, if the record holds that very dump
+        # (every store's move returns the record it wrote; a copy read back is encoded again).
+        body = final.body if finished.record.response is final.dump else None
+        return await self.delivery.deliver(finished.record, api_key=job.api_key, body=body)
 
     async def _claim_lost(self, job: Job, current: RolloutRecord | None) -> RolloutRecord | None:
         if current is None:
@@ -246,24 +250,29 @@ class RolloutWorker:
         return None
 
     async def _finish(
-        self, job: Job, response: RolloutResponse, *, watch: bool
-    ) -> TransitionResult:
+        self, job: Job, final: FinalResponse, *, watch: bool
+    ) -> tuple[TransitionResult, FinalResponse]:
         """RUNNING -> FINISHED on this job's attempt, with the final response and the lease for
-        delivering it (watched by the re-drive when ``watch``)."""
+        delivering it (watched by the re-drive when ``watch``); the move's result, and the
+        response as stored (with what it cost so far, on AWS)."""
+        estimated = self.costs.with_estimate(final.model)
+        if estimated is not final.model:
+            final = final_form(estimated)
         now = self.clock()
-        return await self.store.finish(
+        finished = await self.store.finish(
             job.rollout_id,
             attempt=job.attempt,
-            response=self.costs.with_estimate(response),  # what it cost so far (on AWS)
+            response=final.dump,
             lease_until=self.leases.until(now),
             expires_at=expiry(now, self._ttl()),
             now=now,
             watch=watch,
         )
+        return finished, final
 
     async def _execute(
         self, record: RolloutRecord, job: Job, budget: float, journal: Journal | None
-    ) -> RolloutResponse:
+    ) -> FinalResponse:
         with self.cancels.watching(job.rollout_id) as cancelled:
             seen = record
 
@@ -283,7 +292,9 @@ class RolloutWorker:
                 watch=self.leases.watches(record),
             ):
                 if record.protocol == PROTOCOL_OSMOSIS03:
-                    return await self._run_workflow(record, job, budget, cancelled, lambda: seen)
+                    return final_form(
+                        await self._run_workflow(record, job, budget, cancelled, lambda: seen)
+                    )
                 if journal is None:
                     return await self._run_agent(record, job, budget, cancelled, None)
                 journal.bind(cancelled)
@@ -326,7 +337,7 @@ class RolloutWorker:
         budget: float,
         cancelled: asyncio.Event,
         journal: Journal | None,
-    ) -> RolloutResponse:
+    ) -> FinalResponse:
         # One piece on purpose (over 80 lines): the deadline, the agent's exceptions, a failure
         # the LLM client ended the rollout with, and a result the protocol cannot carry decide
         # one outcome in this order of precedence, which reads top to bottom only here.
@@ -406,11 +417,13 @@ class RolloutWorker:
                 "agent result rejected", extra={"rollout_id": request.rollout_id, "error": str(exc)}
             )
             metrics = ctx.metrics.model_copy(update={"total_latency_ms": elapsed_ms})
-            return error_response(
-                request.rollout_id,
-                f"the agent's result cannot be sent: {exc}",
-                category=FailureCategory.INVALID_RESULT,
-                attempt=job.attempt,
-                final_messages=messages_or_empty(ctx.last_messages),
-                metrics=metrics,
+            return final_form(
+                error_response(
+                    request.rollout_id,
+                    f"the agent's result cannot be sent: {exc}",
+                    category=FailureCategory.INVALID_RESULT,
+                    attempt=job.attempt,
+                    final_messages=messages_or_empty(ctx.last_messages),
+                    metrics=metrics,
+                )
             )

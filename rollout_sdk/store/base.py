@@ -196,7 +196,7 @@ def _claimed(claim: Claim, due_at: float | None, now: float) -> Update:
 
 
 def _finished(
-    response: RolloutResponse,
+    response: RolloutResponse | dict[str, Any],
     *,
     lease_until: float,
     due_at: float | None,
@@ -205,7 +205,8 @@ def _finished(
 ) -> Update:
     return Update(
         state=RecordState.FINISHED,
-        response=response.model_dump(mode="json"),
+        # A dump is stored as it is (the worker's, made once: engine/responses.py).
+        response=response if isinstance(response, dict) else response.model_dump(mode="json"),
         finished_at=now,
         lease_until=lease_until,
         due_at=due_at,
@@ -442,14 +443,15 @@ class Store(abc.ABC):
         rollout_id: str,
         *,
         attempt: int,
-        response: RolloutResponse,
+        response: RolloutResponse | dict[str, Any],
         lease_until: float,
         expires_at: int,
         now: float,
         watch: bool = False,
     ) -> TransitionResult:
         """RUNNING on ``attempt`` -> FINISHED with ``response`` (the outbox), the lease held
-        until ``lease_until`` for delivering it."""
+        until ``lease_until`` for delivering it. ``response`` is the model or its JSON-ready
+        dump (``model_dump(mode="json")``), which the record then holds as it is."""
         guard = Guard(states=(RecordState.RUNNING,), attempt=attempt)
         update = _finished(
             response,

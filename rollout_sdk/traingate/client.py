@@ -82,8 +82,9 @@ _JSON = ("Content-Type", "application/json")
 _JSON_BYTES = (b"Content-Type", b"application/json")
 
 
-def _encode(body: Any) -> bytes:
-    """JSON once, compact, UTF-8; NaN and infinities are refused (ValueError): JSON has none."""
+def encode_json(body: Any) -> bytes:
+    """A POST's body as the client sends it: JSON once, compact, UTF-8; NaN and infinities are
+    refused (ValueError): JSON has none."""
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
@@ -380,7 +381,7 @@ class TrainGateClient:
         self, server_url: str, body: dict[str, Any], api_key: str | None
     ) -> CompletionsResponse:
         outcome = await self._exchange(
-            server_url + CHAT_PATH, _encode(body), api_key, self.settings.max_retries
+            server_url + CHAT_PATH, encode_json(body), api_key, self.settings.max_retries
         )
         if outcome.failure is not None or outcome.answer is None:
             cause = outcome.failure.__cause__ if outcome.failure is not None else None
@@ -414,18 +415,24 @@ class TrainGateClient:
         response: RolloutResponse | Mapping[str, Any],
         *,
         api_key: str | None,
+        body: bytes | None = None,
     ) -> DeliveryResult:
         """POST the final response until a 2xx, a final 4xx, or the retries run out. Never raises.
 
         ``response`` is the model, or its JSON-ready dump (``model_dump(mode="json")``, as the
         rollout record stores it), which is encoded as it is, with no pydantic on the way.
+        ``body``, when given, is that encoding already made (:func:`encode_json` of the dump:
+        the worker makes it once per rollout, when it checks that JSON can carry the response),
+        and is posted as it is.
         """
         try:
-            if isinstance(response, RolloutResponse):
-                content = _encode(response.model_dump(mode="json"))
+            if body is not None:
+                content = body
+            elif isinstance(response, RolloutResponse):
+                content = encode_json(response.model_dump(mode="json"))
             else:
                 # json.dumps takes a dict (a dump is one); another mapping is copied into one.
-                content = _encode(response if isinstance(response, dict) else dict(response))
+                content = encode_json(response if isinstance(response, dict) else dict(response))
         except (ValueError, TypeError) as exc:
             # NaN or an infinity (ValueError; or a model pydantic cannot dump), or a value in a
             # dump JSON has no form for (TypeError): no attempt can succeed. A final failure,

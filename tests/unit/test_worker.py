@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from rollout_sdk.engine.worker import RolloutWorker
 from rollout_sdk.errors import FailureCategory
 from rollout_sdk.protocol import InitResponse, Message, RolloutRequest, RolloutStatus
 from rollout_sdk.settings import RolloutClientSettings, load_settings
+from rollout_sdk.store.base import TransitionResult
 from rollout_sdk.store.memory import MemoryStore
 from rollout_sdk.store.record import RecordState, RolloutRecord, expiry
 from rollout_sdk.traingate.client import CHAT_PATH, COMPLETED_PATH, TrainGateClient
@@ -472,6 +474,64 @@ async def test_a_result_the_protocol_cannot_carry_still_ends_the_rollout(
     assert sent["metrics"]["num_llm_calls"] == 1
 
 
+def _counting_encoders(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[bytes]]:
+    """Each encoding the worker (engine/responses.py) and the TrainGate client make."""
+    from rollout_sdk.engine import responses
+    from rollout_sdk.traingate import client as client_module
+
+    made: dict[str, list[bytes]] = {"worker": [], "client": []}
+    real = client_module.encode_json
+
+    def counted(into: list[bytes]) -> Any:
+        def encode(body: Any) -> bytes:
+            into.append(real(body))
+            return into[-1]
+
+        return encode
+
+    monkeypatch.setattr(responses, "encode_json", counted(made["worker"]))
+    monkeypatch.setattr(client_module, "encode_json", counted(made["client"]))
+    return made
+
+
+async def test_the_final_response_is_encoded_once_and_posted_as_encoded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made = _counting_encoders(monkeypatch)
+    rig = await make_rig()
+    final = await rig.worker.run(JOB)
+    assert final is not None and final.state == RecordState.DELIVERED
+    (posted,) = rig.gate.on(COMPLETED_PATH)
+    # The worker's one encoding, of the very dump the record holds, is what the callback posted;
+    # the client encoded the two chat calls' bodies only.
+    assert made["worker"] == [posted.content]
+    assert json.loads(posted.content) == final.response
+    assert [json.loads(body)["rollout_id"] for body in made["client"]] == [JOB.rollout_id] * 2
+
+
+async def test_a_finish_that_returns_a_copy_of_the_response_has_it_encoded_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made = _counting_encoders(monkeypatch)
+    rig = await make_rig()
+    real = rig.store.finish
+
+    async def copying(rollout_id: str, **kwargs: Any) -> TransitionResult:
+        moved = await real(rollout_id, **kwargs)
+        assert moved.record is not None and moved.record.response is not None
+        # A store that returns the record as read back: an equal dump, not the worker's object.
+        copy = moved.record.evolve(response=json.loads(json.dumps(moved.record.response)))
+        return TransitionResult(moved.applied, copy)
+
+    rig.store.finish = copying  # type: ignore[method-assign]
+    final = await rig.worker.run(JOB)
+    assert final is not None and final.state == RecordState.DELIVERED
+    (posted,) = rig.gate.on(COMPLETED_PATH)
+    assert len(made["worker"]) == 1
+    assert made["client"][-1] == posted.content == made["worker"][0]
+    assert len(made["client"]) == 3  # the two chat calls and the callback, encoded again
+
+
 async def test_a_response_the_store_refuses_is_replaced_by_a_small_error() -> None:
     from rollout_sdk.errors import StoreError
 
@@ -480,7 +540,7 @@ async def test_a_response_the_store_refuses_is_replaced_by_a_small_error() -> No
     refused: list[str] = []
 
     async def picky(rollout_id: str, **kwargs: Any) -> Any:
-        if kwargs["response"].status == RolloutStatus.COMPLETED:
+        if kwargs["response"]["status"] == RolloutStatus.COMPLETED:
             refused.append(rollout_id)
             raise StoreError("item too large")
         return await real(rollout_id, **kwargs)
