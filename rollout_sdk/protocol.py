@@ -135,6 +135,10 @@ def json_problem(field: str, value: Any, *, max_nesting: int = MAX_JSON_NESTING)
         # walked whole, as it always was, which lets through what it finds no fault in.
         return _walk(field, value, max_nesting, items=None)
     else:
+        # No deeper than the brackets it opens: two counts in C, and the text's skeleton is
+        # built only when there are more of them (in strings too) than the limit's levels.
+        if text.count(b"[") + text.count(b"{") <= max_nesting:
+            return None
         return _too_deep(field, max_nesting) if Skeleton(text).depth() > max_nesting else None
     return _walk(field, value, max_nesting, items=_WALKED_ITEMS) or f"{field} {failure}"
 

@@ -118,8 +118,10 @@ def test_a_field_nesting_at_the_limit_passes_and_one_level_more_is_named() -> No
     assert json_problem("metadata", {"x": at_limit}) == (
         f"metadata nests arrays and objects deeper than {MAX_JSON_NESTING} levels"
     )
-    # Brackets in strings are not nesting.
+    # Brackets in strings are not nesting, nor are many side by side (both more brackets than
+    # levels: measured on the skeleton).
     assert json_problem("metadata", {"x": "[" * 1000}) is None
+    assert json_problem("metadata", {"x": [[{}]] * 1000}) is None
 
 
 def test_a_large_value_that_fails_is_named_without_walking_it_all() -> None:
