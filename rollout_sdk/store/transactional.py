@@ -81,15 +81,15 @@ class TransactionalStore(Store):
     def _create(self, record: RolloutRecord, now: float, slot_until: int) -> CreateResult:
         # The slot is the record's own column here: it lives exactly as long as the record.
         with self._transaction() as txn:
-            holder = _live(txn.by_slot(record.slot), now)
+            in_slot = txn.by_slot(record.slot)  # read once: nothing else moves in the transaction
+            holder = _live(in_slot, now)
             if holder is not None:
                 return CreateResult(False, holder, "slot")
             holder = _live(txn.by_id(record.rollout_id), now)
             if holder is not None:
                 return CreateResult(False, holder, "rollout_id")
-            stale = txn.by_slot(record.slot)
-            if stale is not None:  # expired: a claim may take it over
-                txn.delete(stale.rollout_id)
+            if in_slot is not None:  # expired: a claim may take it over
+                txn.delete(in_slot.rollout_id)
             txn.put(record)
             return CreateResult(True, record)
 
