@@ -7,6 +7,7 @@ The app, the stores, the vault and uvicorn are imported inside the functions tha
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import socket
 from collections.abc import Callable, Iterable, Iterator
@@ -316,6 +317,28 @@ def _bound(host: str, port: int) -> socket.socket:
     return sock
 
 
+#: The youngest generation's collection threshold while the server runs, in allocations
+#: (CPython's default is 700). Every rollout allocates thousands of short-lived objects (parsed
+#: bodies, models, records), so at 700 the collector ran a young collection every few
+#: rollouts and an older one every few dozen, walking every record the store holds; measured
+#: with ``python -m bench.instructions``-style runs (1,000 rollouts under callgrind), 7,000
+#: took 3.2% of the server's instructions off with the memory store and 2.9% with SQLite (2,000
+#: took 2.5% and 2.8%). Garbage in cycles waits at most that many allocations longer.
+GC_YOUNG_THRESHOLD = 7000
+
+
+@contextmanager
+def collecting_less() -> Iterator[None]:
+    """The youngest generation's threshold raised to :data:`GC_YOUNG_THRESHOLD` (never
+    lowered, if the process set its own higher), and put back after."""
+    before = gc.get_threshold()
+    gc.set_threshold(max(before[0], GC_YOUNG_THRESHOLD), *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
 def run_server(
     agent_loop: RolloutAgentLoop,
     exposure: Exposure,
@@ -372,7 +395,7 @@ def run_server(
         forgets = what_a_restart_forgets(choice.kind, embedded=embedded)
         if forgets:
             announce(f"note: {forgets}")
-        with sock:
+        with sock, collecting_less():
             # uvicorn serves the socket bound above (by its descriptor), not one of its own.
             uvicorn.run(
                 app,

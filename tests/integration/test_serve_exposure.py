@@ -60,6 +60,31 @@ def test_serve_opens_a_public_bind_with_a_key_or_the_opt_out(
     assert [call["host"] for call in served] == ["0.0.0.0", "0.0.0.0"]
 
 
+def test_serve_collects_garbage_less_often_while_it_serves_and_puts_the_threshold_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gc
+
+    import uvicorn
+
+    from rollout_sdk.local.cli import main
+    from rollout_sdk.local.server import GC_YOUNG_THRESHOLD
+
+    before = gc.get_threshold()
+    seen: list[tuple[int, ...]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.append(gc.get_threshold()))
+    assert main(["serve", "--agent", AGENT, "--store", "memory"]) == 0
+    assert seen == [(max(before[0], GC_YOUNG_THRESHOLD), *before[1:])]
+    assert gc.get_threshold() == before
+    # A process that set a higher threshold of its own keeps it.
+    gc.set_threshold(GC_YOUNG_THRESHOLD * 2, *before[1:])
+    try:
+        assert main(["serve", "--agent", AGENT, "--store", "memory"]) == 0
+        assert seen[-1][0] == GC_YOUNG_THRESHOLD * 2
+    finally:
+        gc.set_threshold(*before)
+
+
 def _init(server: ServerProcess, host: str | None, n: int, key: str | None = None) -> Any:
     headers = {"Host": host} if host else {}
     if key:
