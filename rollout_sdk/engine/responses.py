@@ -14,6 +14,7 @@ estimate there, as ``cost`` (:mod:`rollout_sdk.cost`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from typing import Any, NamedTuple
@@ -34,7 +35,9 @@ class FinalResponse(NamedTuple):
     """A final response in the two forms it travels in, each made once: the JSON-ready dump the
     record stores (the outbox) and, for the callback, its encoding as the TrainGate client posts
     it. Made where the worker checks that JSON can carry the response, so neither finish nor the
-    callback dumps or encodes it again (a NamedTuple: one per rollout, nothing to validate)."""
+    callback dumps or encodes it again, where the store's move returns the record holding that
+    very dump (memory, SQLite; DynamoDB returns the item read back, whose dump the callback
+    encodes again). A NamedTuple: one per rollout, nothing to validate."""
 
     model: RolloutResponse
     #: ``model.model_dump(mode="json")``.
@@ -44,13 +47,15 @@ class FinalResponse(NamedTuple):
     body: bytes | None
 
 
-def final_form(response: RolloutResponse) -> FinalResponse:
-    """``response``'s dump and, if JSON can carry it, its encoding."""
+def final_form(response: RolloutResponse, *, encoded: bool = True) -> FinalResponse:
+    """``response``'s dump and, if JSON can carry it, its encoding; none when not ``encoded``
+    (what no callback will post as it is: a 0.3.8 rollout's, published for its polls; a
+    response read back by a store that returns a copy)."""
     dump = response.model_dump(mode="json")
-    try:
-        body: bytes | None = encode_json(dump)
-    except (ValueError, TypeError):
-        body = None
+    body: bytes | None = None
+    if encoded:
+        with contextlib.suppress(ValueError, TypeError):
+            body = encode_json(dump)
     return FinalResponse(response, dump, body)
 
 

@@ -181,15 +181,17 @@ class RolloutWorker:
             self.telemetry.count(Metric.ROLLOUTS_STARTED)
         logger.info("rollout claimed", extra={"rollout_id": job.rollout_id, "attempt": job.attempt})
         if record.cancel_requested and journal is None:
+            pulled = record.protocol == PROTOCOL_OSMOSIS03
             final = final_form(
                 _cancelled_workflow(job.rollout_id, record.cancel_reason, job.attempt)
-                if record.protocol == PROTOCOL_OSMOSIS03
+                if pulled
                 else error_response(
                     job.rollout_id,
                     "rollout cancelled before it started",
                     category=FailureCategory.CANCELLED,
                     attempt=job.attempt,
-                )
+                ),
+                encoded=not pulled,
             )
         else:
             final = await self._execute(record, job, budget, journal)
@@ -229,7 +231,8 @@ class RolloutWorker:
             extra={"rollout_id": job.rollout_id, "status": status},
         )
         # The encoding made with the dump is posted as it is, if the record holds that very dump
-        # (every store's move returns the record it wrote; a copy read back is encoded again).
+        # (the memory and SQLite stores return the record they wrote; DynamoDB's copy, read back
+        # from the item, is encoded again by the client).
         body = final.body if finished.record.response is final.dump else None
         return await self.delivery.deliver(finished.record, api_key=job.api_key, body=body)
 
@@ -257,7 +260,9 @@ class RolloutWorker:
         response as stored (with what it cost so far, on AWS)."""
         estimated = self.costs.with_estimate(final.model)
         if estimated is not final.model:
-            final = final_form(estimated)
+            # Metered (on AWS): the estimate is part of what is stored; DynamoDB returns the
+            # item read back, so an encoding made here would never be posted.
+            final = final_form(estimated, encoded=False)
         now = self.clock()
         finished = await self.store.finish(
             job.rollout_id,
@@ -293,7 +298,8 @@ class RolloutWorker:
             ):
                 if record.protocol == PROTOCOL_OSMOSIS03:
                     return final_form(
-                        await self._run_workflow(record, job, budget, cancelled, lambda: seen)
+                        await self._run_workflow(record, job, budget, cancelled, lambda: seen),
+                        encoded=False,  # published for its polls, never posted
                     )
                 if journal is None:
                     return await self._run_agent(record, job, budget, cancelled, None)

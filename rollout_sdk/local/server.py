@@ -319,20 +319,24 @@ def _bound(host: str, port: int) -> socket.socket:
 
 #: The youngest generation's collection threshold while the server runs, in allocations
 #: (CPython's default is 700). Every rollout allocates thousands of short-lived objects (parsed
-#: bodies, models, records), so at 700 the collector ran a young collection every few
-#: rollouts and an older one every few dozen, walking every record the store holds; measured
-#: with ``python -m bench.instructions``-style runs (1,000 rollouts under callgrind), 7,000
-#: took 3.2% of the server's instructions off with the memory store and 2.9% with SQLite (2,000
-#: took 2.5% and 2.8%). Garbage in cycles waits at most that many allocations longer.
+#: bodies, models, records), so at 700 the collector ran a young collection every 5 or 6
+#: rollouts, a middle one every 60 and a full one, which walks every record the store holds,
+#: every 750 or so (3,000 rollouts: 546, 50 and 4, counted with ``gc.callbacks``, about 12% of
+#: the server's CPU). Measured with ``python -m bench.instructions``-style runs (1,000 rollouts
+#: under callgrind), 7,000 took 3.2% of the server's instructions off with the memory store and
+#: 2.9% with SQLite (2,000 took 2.5% and 2.8%). Garbage in cycles waits at most that many
+#: allocations longer.
 GC_YOUNG_THRESHOLD = 7000
 
 
 @contextmanager
 def collecting_less() -> Iterator[None]:
     """The youngest generation's threshold raised to :data:`GC_YOUNG_THRESHOLD` (never
-    lowered, if the process set its own higher), and put back after."""
+    lowered, if the process set its own higher, nor set at all where the process turned
+    automatic collection off with a threshold of 0), and put back after."""
     before = gc.get_threshold()
-    gc.set_threshold(max(before[0], GC_YOUNG_THRESHOLD), *before[1:])
+    if before[0]:
+        gc.set_threshold(max(before[0], GC_YOUNG_THRESHOLD), *before[1:])
     try:
         yield
     finally:

@@ -81,6 +81,10 @@ def test_serve_collects_garbage_less_often_while_it_serves_and_puts_the_threshol
     try:
         assert main(["serve", "--agent", AGENT, "--store", "memory"]) == 0
         assert seen[-1][0] == GC_YOUNG_THRESHOLD * 2
+        # One that turned automatic collection off keeps it off.
+        gc.set_threshold(0, *before[1:])
+        assert main(["serve", "--agent", AGENT, "--store", "memory"]) == 0
+        assert seen[-1][0] == 0
     finally:
         gc.set_threshold(*before)
 

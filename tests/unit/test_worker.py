@@ -509,6 +509,26 @@ async def test_the_final_response_is_encoded_once_and_posted_as_encoded(
     assert [json.loads(body)["rollout_id"] for body in made["client"]] == [JOB.rollout_id] * 2
 
 
+class SurrogateAgent(EchoAgent):
+    """A result holding an unpaired surrogate (a chat answer's "\\ud800"): UTF-8 has no form."""
+
+    name = "surrogate"
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        return ctx.complete([{"role": "assistant", "content": "half a pair: \ud800"}])
+
+
+async def test_a_result_utf8_cannot_carry_is_reported_as_invalid_result() -> None:
+    rig = await make_rig(SurrogateAgent())
+    final = await rig.worker.run(JOB)
+    assert final is not None and final.state == RecordState.DELIVERED
+    (sent,) = rig.gate.bodies(COMPLETED_PATH)
+    assert sent == final.response
+    assert sent["status"] == "ERROR"
+    assert sent["extra_fields"]["rollout_sdk"]["failure"]["category"] == "invalid_result"
+    assert "the agent's result cannot be sent" in sent["error_message"]
+
+
 async def test_a_finish_that_returns_a_copy_of_the_response_has_it_encoded_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
