@@ -14,14 +14,11 @@ each lever of docs/performance.md was measured before it landed.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
-from bench.common import child_env, median
+from bench.common import median
+from bench.trees import Row, alternate, run_in_tree, tree_problem
 
 #: A bound on one invocation (a round of two trees is about a minute here).
 MAX_ROUNDS = 30
@@ -41,24 +38,9 @@ print(json.dumps(row))
 """
 
 
-def run_round(tree: Path, rollouts: int, stores: list[str]) -> dict[str, float]:
+def run_round(tree: Path, rollouts: int, stores: list[str]) -> Row:
     """One round in ``tree``: each store's ratio, and the baseline's CPU ms per rollout."""
-    done = subprocess.run(  # noqa: S603 - a fixed argv list, no shell
-        [sys.executable, "-c", _CHILD, str(rollouts), ",".join(stores)],
-        cwd=tree,
-        env=child_env({"PYTHONPATH": str(tree)}),
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{tree}: exited {done.returncode}: {done.stderr[-500:]}")
-    raw: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    failures = raw.pop("failures", [])
-    if failures:
-        raise RuntimeError(f"{tree}: runs failed: {failures}")
-    return {name: float(value) for name, value in raw.items()}
+    return run_in_tree(tree, _CHILD, [str(rollouts), ",".join(stores)], timeout=900)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,24 +51,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stores", default="memory,sqlite")
     args = parser.parse_args(argv)
     stores = [s for s in args.stores.split(",") if s]
-    missing = [str(t) for t in args.trees if not (t / "rollout_sdk").is_dir()]
-    if missing:
-        print(f"bench.compare: not a checkout: {', '.join(missing)}", file=sys.stderr)
+    problem = tree_problem("bench.compare", args.trees, args.rounds, MAX_ROUNDS)
+    if problem:
+        print(problem, file=sys.stderr)
         return 2
-    if not 1 <= args.rounds <= MAX_ROUNDS:
-        print(f"bench.compare: --rounds {args.rounds}: give 1 to {MAX_ROUNDS}", file=sys.stderr)
-        return 2
-    seen: dict[Path, list[dict[str, float]]] = {tree: [] for tree in args.trees}
-    for number in range(1, args.rounds + 1):
-        for tree in args.trees:
-            row = run_round(tree.resolve(), args.rollouts, stores)
-            seen[tree].append(row)
-            shown = ", ".join(f"{s} {row[s]:.2f}" for s in stores)
-            print(
-                f"round {number} {os.path.basename(tree)}: {shown} "
-                f"(baseline {row['baseline_ms']:.2f} ms)",
-                flush=True,
-            )
+    seen = alternate(
+        args.trees,
+        args.rounds,
+        lambda tree: run_round(tree, args.rollouts, stores),
+        lambda row: (
+            ", ".join(f"{s} {row[s]:.2f}" for s in stores)
+            + f" (baseline {row['baseline_ms']:.2f} ms)"
+        ),
+    )
     print("medians (server CPU per rollout / baseline_aiohttp's):")
     for tree, rows in seen.items():
         shown = ", ".join(f"{s} {median([r[s] for r in rows]):.2f}" for s in stores)

@@ -22,15 +22,12 @@ callgrind, on its two cores alone, so keep ``--rollouts`` to a few hundred. Need
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
-from bench.common import child_env, median
+from bench.common import median
+from bench.trees import Row, alternate, run_in_tree, tree_problem
 
 #: A bound on one invocation (a round of two trees and two stores is about two minutes here).
 MAX_ROUNDS = 15
@@ -73,32 +70,10 @@ print(json.dumps(row))
 """
 
 
-def run_round(tree: Path, rollouts: int, stores: list[str]) -> dict[str, float]:
+def run_round(tree: Path, rollouts: int, stores: list[str]) -> Row:
     """One run in ``tree``: each store's instructions per rollout."""
-    done = subprocess.run(  # noqa: S603 - a fixed argv list, no shell
-        [
-            sys.executable,
-            "-c",
-            _CHILD,
-            str(rollouts),
-            str(WARMUP),
-            str(CONCURRENCY),
-            ",".join(stores),
-        ],
-        cwd=tree,
-        env=child_env({"PYTHONPATH": str(tree)}),
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{tree}: exited {done.returncode}: {done.stderr[-500:]}")
-    raw: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    failures = raw.pop("failures", [])
-    if failures:
-        raise RuntimeError(f"{tree}: runs failed: {failures}")
-    return {name: float(value) for name, value in raw.items()}
+    args = [str(rollouts), str(WARMUP), str(CONCURRENCY), ",".join(stores)]
+    return run_in_tree(tree, _CHILD, args, timeout=1800)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,36 +88,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stores", default="memory,sqlite")
     args = parser.parse_args(argv)
     stores = [s for s in args.stores.split(",") if s]
-    missing = [str(t) for t in args.trees if not (t / "rollout_sdk").is_dir()]
-    if missing:
-        print(f"bench.instructions: not a checkout: {', '.join(missing)}", file=sys.stderr)
-        return 2
-    if not 1 <= args.rounds <= MAX_ROUNDS:
-        print(
-            f"bench.instructions: --rounds {args.rounds}: give 1 to {MAX_ROUNDS}", file=sys.stderr
-        )
-        return 2
+    problem = tree_problem("bench.instructions", args.trees, args.rounds, MAX_ROUNDS)
     absent = [tool for tool in ("valgrind", "callgrind_control") if shutil.which(tool) is None]
-    if absent:
-        print(
-            f"bench.instructions: {' and '.join(absent)} not found: install valgrind",
-            file=sys.stderr,
-        )
+    if problem is None and absent:
+        problem = f"bench.instructions: {' and '.join(absent)} not found: install valgrind"
+    if problem:
+        print(problem, file=sys.stderr)
         return 2
-    seen: dict[Path, list[dict[str, float]]] = {tree: [] for tree in args.trees}
-    for number in range(1, args.rounds + 1):
-        for tree in args.trees:
-            row = run_round(tree.resolve(), args.rollouts, stores)
-            seen[tree].append(row)
-            shown = ", ".join(f"{s} {row[s] / 1e6:.3f}" for s in stores)
-            print(f"round {number} {os.path.basename(tree)}: {shown}", flush=True)
+    seen = alternate(
+        args.trees,
+        args.rounds,
+        lambda tree: run_round(tree, args.rollouts, stores),
+        lambda row: ", ".join(f"{s} {row[s] / 1e6:.3f}" for s in stores),
+    )
     print("medians (million instructions per rollout, the server's):")
-    first = seen[args.trees[0]]
+    first = {s: median([r[s] for r in seen[args.trees[0]]]) for s in stores}
     for tree, rows in seen.items():
+        figures = {s: median([r[s] for r in rows]) for s in stores}
         shown = ", ".join(
-            f"{s} {median([r[s] for r in rows]) / 1e6:.3f}"
-            f" ({median([r[s] for r in rows]) / median([r[s] for r in first]):.3f}x)"
-            for s in stores
+            f"{s} {figures[s] / 1e6:.3f} ({figures[s] / first[s]:.3f}x)" for s in stores
         )
         print(f"  {tree}: {shown}")
     return 0
