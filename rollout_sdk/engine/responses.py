@@ -43,14 +43,15 @@ class FinalResponse(NamedTuple):
     #: ``model.model_dump(mode="json")``.
     dump: dict[str, Any]
     #: :func:`~rollout_sdk.traingate.client.encode_json` of ``dump``; None when JSON cannot
-    #: carry it (a NaN the agent put in a message): the callback then fails as final, saying so.
+    #: carry it (a NaN the agent put in a message: the callback then fails as final, saying so)
+    #: or when no callback would post it as it is (:func:`final_form`'s ``encoded``).
     body: bytes | None
 
 
 def final_form(response: RolloutResponse, *, encoded: bool = True) -> FinalResponse:
     """``response``'s dump and, if JSON can carry it, its encoding; none when not ``encoded``
-    (what no callback will post as it is: a 0.3.8 rollout's, published for its polls; a
-    response read back by a store that returns a copy)."""
+    (what no callback will post as it is: a 0.3.8 rollout's, published for its polls; a metered
+    response re-formed with its estimate on AWS, whose record DynamoDB returns as a copy)."""
     dump = response.model_dump(mode="json")
     body: bytes | None = None
     if encoded:
