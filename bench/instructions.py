@@ -2,6 +2,7 @@
 lever's CPU work that this machine's drift does not move.
 
     python -m bench.instructions TREE [TREE ...] [--rounds 3] [--rollouts 300] [--stores memory,sqlite]
+                                 [--baseline]
 
 Each TREE is a checkout of the repository (``git worktree add --detach /tmp/old <commit>``), as
 for :mod:`bench.compare`; each run is a fresh child in that tree which drives ``rollout-sdk serve``
@@ -17,6 +18,14 @@ not the goal's measure (``make bench``'s CPU ratio is): a lever can take instruc
 cost the same time (cache misses, a system call). The server runs about 50 times slower under
 callgrind, on its two cores alone, so keep ``--rollouts`` to a few hundred. Needs valgrind
 (``valgrind`` and ``callgrind_control`` on ``PATH``); loopback only.
+
+``--baseline`` also counts ``make bench``'s baseline, the bare aiohttp client making the same
+exchanges (:func:`bench.throughput.run_baseline`, from this checkout), and prints each tree's
+figure over it: the goal's ratio in instructions. The client is a process of its own that
+imports and sets up before it starts, so it runs under callgrind whole, twice, with
+:data:`BASELINE_SHORT` and then ``BASELINE_SHORT + --rollouts`` exchanges; the difference over
+``--rollouts`` is its count per rollout, without its start-up. Both sides keep the same
+:data:`CONCURRENCY` rollouts in flight.
 """
 
 from __future__ import annotations
@@ -24,15 +33,21 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from bench.common import median
+from bench.throughput import run_baseline
 from bench.trees import Row, alternate, run_in_tree, tree_problem
 
 #: A bound on one invocation (a round of two trees and two stores is about two minutes here).
 MAX_ROUNDS = 15
 WARMUP = 20
 CONCURRENCY = 20
+#: The baseline's shorter run (the longer one adds ``--rollouts`` exchanges to it).
+BASELINE_SHORT = 60
+#: The bare client ``make bench``'s CPU ratio divides by.
+BASELINE_CLIENT = "aiohttp"
 
 #: What one child runs in its tree: each store's run under callgrind; instructions to stdout.
 _CHILD = """
@@ -76,6 +91,38 @@ def run_round(tree: Path, rollouts: int, stores: list[str]) -> Row:
     return run_in_tree(tree, _CHILD, args, timeout=1800)
 
 
+def _summary(out: Path) -> int:
+    """The instructions a callgrind output file counted in all."""
+    lines = [line for line in out.read_text().splitlines() if line.startswith("summary:")]
+    return int(lines[0].split()[1])
+
+
+def _baseline_instructions(exchanges: int) -> int:
+    """The whole bare client's instructions for ``exchanges`` exchanges (all of them called
+    back once, COMPLETED: else RuntimeError), under callgrind."""
+    with tempfile.TemporaryDirectory(prefix="rollout-sdk-callgrind-") as out:
+        output = Path(out, "callgrind.out")
+        prefix = ["valgrind", "--tool=callgrind", "--dump-instr=no"]
+        run = run_baseline(
+            rollouts=exchanges,
+            warmup=0,
+            concurrency=CONCURRENCY,
+            deadline=1800,
+            client=BASELINE_CLIENT,
+            prefix=[*prefix, f"--callgrind-out-file={output}"],
+        )
+        if run.failures:
+            raise RuntimeError(f"the baseline client failed: {run.failures}")
+        return _summary(output)
+
+
+def baseline_per_rollout(rollouts: int) -> float:
+    """The bare client's instructions per rollout, its start-up taken out (two runs' difference)."""
+    short = _baseline_instructions(BASELINE_SHORT)
+    long = _baseline_instructions(BASELINE_SHORT + rollouts)
+    return (long - short) / rollouts
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.instructions",
@@ -86,6 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rollouts", type=int, default=300, help="measured rollouts per run")
     parser.add_argument("--stores", default="memory,sqlite")
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help=f"also count the bare {BASELINE_CLIENT} client, and print each figure over it",
+    )
     args = parser.parse_args(argv)
     stores = [s for s in args.stores.split(",") if s]
     problem = tree_problem("bench.instructions", args.trees, args.rounds, MAX_ROUNDS)
@@ -109,6 +161,18 @@ def main(argv: list[str] | None = None) -> int:
             f"{s} {figures[s] / 1e6:.3f} ({figures[s] / first[s]:.3f}x)" for s in stores
         )
         print(f"  {tree}: {shown}")
+    if args.baseline:
+        # Not alternated with the trees: a count does not drift with the machine.
+        counts = []
+        for number in range(1, args.rounds + 1):
+            counts.append(baseline_per_rollout(args.rollouts))
+            print(f"round {number} baseline_{BASELINE_CLIENT}: {counts[-1] / 1e6:.3f}", flush=True)
+        base = median(counts)
+        print(f"baseline_{BASELINE_CLIENT}: {base / 1e6:.3f} million instructions per rollout;")
+        print("each tree's over it (the goal's ratio, counted in instructions):")
+        for tree, rows in seen.items():
+            ratios = ", ".join(f"{s} {median([r[s] for r in rows]) / base:.2f}x" for s in stores)
+            print(f"  {tree}: {ratios}")
     return 0
 
 

@@ -596,10 +596,13 @@ def _bare_client_process(
     concurrency: int,
     tag: str,
     timeout: float,
+    prefix: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[str]:
     """``python -m bench.throughput baseline`` (one bare client) as a subprocess, to its end;
-    raises TimeoutExpired (having killed it) after ``timeout`` seconds."""
-    argv = [sys.executable, "-m", "bench.throughput", BASELINE, "--url", url, "--client", client]
+    raises TimeoutExpired (having killed it) after ``timeout`` seconds. ``prefix`` goes before
+    the interpreter (a tool that runs it, as ``valgrind``)."""
+    argv = [*prefix, sys.executable, "-m", "bench.throughput", BASELINE, "--url", url]
+    argv += ["--client", client]
     argv += ["--rollouts", str(rollouts), "--concurrency", str(concurrency), "--tag", tag]
     return subprocess.run(  # noqa: S603 - a fixed argv list, no shell
         argv,
@@ -613,10 +616,16 @@ def _bare_client_process(
 
 
 def run_baseline(
-    *, rollouts: int, warmup: int, concurrency: int, deadline: float, client: str = "raw"
+    *,
+    rollouts: int,
+    warmup: int,
+    concurrency: int,
+    deadline: float,
+    client: str = "raw",
+    prefix: Sequence[str] = (),
 ) -> ThroughputRun:
-    """One baseline run: the bare client (``raw`` or ``httpx``) as a subprocess against a fresh
-    stand-in in this process."""
+    """One baseline run: the bare client (one of :data:`BARE_CLIENTS`) as a subprocess against
+    a fresh stand-in in this process (``prefix``: as :func:`_bare_client_process` takes it)."""
     label = BASELINE if client == "raw" else f"{BASELINE}_{client}"
     run = ThroughputRun(label, rollouts, warmup, concurrency)
     callback_key = secrets.token_urlsafe(16)
@@ -633,6 +642,7 @@ def run_baseline(
                 concurrency=concurrency,
                 tag=tag,
                 timeout=deadline,
+                prefix=prefix,
             )
         except subprocess.TimeoutExpired:  # run() has killed it
             run.failures.append(f"the baseline client took longer than {deadline:g} s")
