@@ -212,7 +212,18 @@ MOVES = [
     ),
 ]
 
-every_move = pytest.mark.parametrize("move", MOVES, ids=[m.name for m in MOVES])
+
+def _each(moves: list[Move]) -> pytest.MarkDecorator:
+    return pytest.mark.parametrize("move", moves, ids=[m.name for m in moves])
+
+
+every_move = _each(MOVES)
+#: The moves that refuse a stale attempt (the others take the record whatever its attempt).
+attempt_checking_moves = _each([m for m in MOVES if m.checks_attempt])
+#: The moves that leave a state a worker's lease is held in. The others move only ACCEPTED
+#: records, which hold a lease only as a duplicate's hand-off lease:
+#: test_a_duplicates_hand_off_lease_bounds_hand_offs_and_is_due_when_it_ends checks that one.
+leased_state_moves = _each([m for m in MOVES if set(m.from_states) - {RecordState.ACCEPTED}])
 
 
 def _rid(state: RecordState) -> str:
@@ -244,10 +255,8 @@ async def test_a_move_from_any_other_state_changes_nothing(store: Store, move: M
         await _unchanged(store, await move.call(store, before, before.attempt, LATER), before)
 
 
-@every_move
+@attempt_checking_moves
 async def test_a_move_on_another_attempt_changes_nothing(store: Store, move: Move) -> None:
-    if not move.checks_attempt:
-        pytest.skip(f"{move.name} does not check the attempt")
     before = await reach(store, move.from_states[-1])
     for stale in (before.attempt - 1, before.attempt + 1):
         await _unchanged(store, await move.call(store, before, stale, LATER), before)
@@ -272,13 +281,9 @@ async def test_a_move_of_an_expired_record_changes_nothing(store: Store, move: M
     assert await store.get(before.rollout_id, now=expired_at - 1) == before
 
 
-@every_move
+@leased_state_moves
 async def test_a_held_lease_stops_only_the_moves_that_wait_for_it(store: Store, move: Move) -> None:
     leased = [s for s in move.from_states if s != RecordState.ACCEPTED]
-    if not leased:
-        # An ACCEPTED record holds a lease only as a duplicate's hand-off lease, which
-        # test_a_duplicates_hand_off_lease_bounds_hand_offs_and_is_due_when_it_ends checks.
-        pytest.skip(f"{move.name} moves only ACCEPTED records, which hold no worker's lease")
     before = await reach(store, leased[0])
     assert before.lease_until is not None
     at = before.lease_until  # a lease is held up to and including lease_until
