@@ -4,7 +4,6 @@ and "what is my IP" endpoints served on 127.0.0.1: nothing leaves the machine.""
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -31,7 +30,6 @@ class Endpoints:
         self.seen: list[tuple[str, str, dict[str, str]]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._released: asyncio.Event | None = None
-        self.hanging = threading.Event()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -41,7 +39,6 @@ class Endpoints:
         if scope["path"] in self.hang:
             self._loop = asyncio.get_running_loop()
             self._released = self._released or asyncio.Event()
-            self.hanging.set()
             await self._released.wait()
         status, body = self.answers.get(scope["path"], (404, "not found"))
         await send({"type": "http.response.start", "status": status, "headers": []})
@@ -102,8 +99,14 @@ def test_a_silent_endpoint_is_cut_off_by_the_deadline(endpoints: tuple[Endpoints
     app.hang = {AWS_TOKEN, "/computeMetadata/v1/instance/network-interfaces/0/access-configs/0/"
                 "external-ip", "/metadata/instance/network/interface/0/ipv4/ipAddress/0/"
                 "publicIpAddress"}  # fmt: skip
+    timeout = 0.5
     started = time.monotonic()
     with pytest.raises(PublicIPDetectionError):
-        detect_public_ip(metadata_url=url, external_services=[], timeout=0.5)
-    assert time.monotonic() - started < 5.0
-    assert app.hanging.is_set()
+        detect_public_ip(metadata_url=url, external_services=[], timeout=timeout)
+    elapsed = time.monotonic() - started
+    # Ended by the deadline, not by an answer (a 404 or a refusal would end it at once)...
+    assert elapsed >= timeout - 0.01
+    assert elapsed < 5.0
+    # ... and whatever reached the endpoints was left hanging. On a busy machine a request may
+    # not even arrive before the deadline: silence all the same, so arrival is not required.
+    assert {path for _, path, _ in app.seen} <= app.hang
